@@ -1,0 +1,46 @@
+# shardstream: every entry point a person or CI needs.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(VENV)/bin/pip
+PROTO  := proto/shardstream/proto/v1/loader.proto
+GEN    := proto/shardstream/proto/v1
+# A CPU build of torch; the project's own requirement is a range.
+TORCH  ?= torch==2.13.0
+
+.PHONY: setup demo test lint typecheck proto proto-check clean
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(PY) examples/demo.py
+
+test: setup proto-check lint typecheck
+	$(PY) -m pytest tests
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+typecheck: setup
+	$(VENV)/bin/mypy
+
+# Regenerate the gRPC modules from the .proto (the one command for it).
+proto: setup
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=proto --grpc_python_out=proto --pyi_out=proto $(PROTO)
+
+# Fails when the checked-in generated modules are stale.
+proto-check: setup
+	@tmp=$$(mktemp -d) && \
+	$(PY) -m grpc_tools.protoc -Iproto --python_out=$$tmp --grpc_python_out=$$tmp --pyi_out=$$tmp $(PROTO) && \
+	for f in loader_pb2.py loader_pb2_grpc.py loader_pb2.pyi; do \
+	  cmp -s $$tmp/shardstream/proto/v1/$$f $(GEN)/$$f || { echo "$(GEN)/$$f is stale: run 'make proto'"; rm -rf $$tmp; exit 1; }; \
+	done; rm -rf $$tmp; echo "generated protobuf modules are up to date"
+
+clean:
+	rm -rf $(VENV) .demo build dist

@@ -1,0 +1,38 @@
+"""The thin client: a DataLoader-shaped iterator over a shardstream service.
+
+It never imports Ray; it needs grpcio, protobuf, numpy and torch.
+"""
+
+from shardstream.client.loader import RemoteLoader
+from shardstream.proto.errors import (
+    CorruptSample,
+    DatasetNotFound,
+    DeadlineExceeded,
+    InvalidJobSpec,
+    JobNotFound,
+    JobSpecConflict,
+    ProtocolMismatch,
+    SchemaMismatch,
+    ServiceUnavailable,
+    ShardstreamError,
+    TransformNotAllowed,
+    UnknownTransform,
+    UnreadableShard,
+)
+
+__all__ = [
+    "CorruptSample",
+    "DatasetNotFound",
+    "DeadlineExceeded",
+    "InvalidJobSpec",
+    "JobNotFound",
+    "JobSpecConflict",
+    "ProtocolMismatch",
+    "RemoteLoader",
+    "SchemaMismatch",
+    "ServiceUnavailable",
+    "ShardstreamError",
+    "TransformNotAllowed",
+    "UnknownTransform",
+    "UnreadableShard",
+]

@@ -1,0 +1,197 @@
+"""RemoteLoader: what a torchrun rank iterates instead of DataLoader + DistributedSampler.
+
+    loader = RemoteLoader("loader-host:50051", dataset="gs://bucket/train/", batch_size=256,
+                          shuffle=True, seed=0, drop_last=True)
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        for batch in loader:          # dict[str, torch.Tensor]
+            ...
+
+Rank k of epoch e receives exactly the batches DataLoader(ds, batch_size=B,
+drop_last=d, sampler=DistributedSampler(ds, W, rank, shuffle, seed, d)) would
+give after set_epoch(e). Ranks never wait for each other: each opens (or
+joins) the job and streams its own batches.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+import grpc
+import torch
+
+from shardstream.client.distributed import default_job_name, resolve_rank_world
+from shardstream.client.prefetcher import StreamPrefetcher
+from shardstream.client.tensors import batch_to_tensors, pin_available
+from shardstream.proto import PROTOCOL_VERSION
+from shardstream.proto.errors import InvalidJobSpec, ServiceUnavailable, ShardstreamError, from_rpc_error
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 1 << 30
+_CORRUPT = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
+
+
+class RemoteLoader:
+    """An iterable of batches (dict[str, torch.Tensor]) streamed from a shardstream service.
+
+    Args:
+        address: ``host:port`` of the service.
+        dataset: a directory, glob or file URL (any fsspec URL), or a list of them.
+        batch_size, shuffle, seed, drop_last: as for DataLoader + DistributedSampler.
+        transform: a built-in transform name (``"image"``) or ``"module:factory"``.
+        transform_args: keyword arguments for the transform.
+        columns: the columns to load (default: all).
+        rank, world_size: default to torch.distributed, else RANK/WORLD_SIZE, else 0/1.
+        pin_memory: ``"auto"`` pins when CUDA is available; ``False`` never pins.
+        prefetch: batches fetched ahead of the training loop (and decoded ahead on the service).
+        on_corrupt: ``"fail"`` (default) or ``"skip"`` (replace deterministically, count).
+        job_name: ranks of one job share it; defaults to SHARDSTREAM_JOB_NAME or torchrun's run id.
+        timeout: seconds any single wait (a batch, the job opening) may take before
+            DeadlineExceeded.
+        connect_timeout: seconds to wait for the service to become reachable.
+    """
+
+    def __init__(
+        self,
+        address: str,
+        dataset: str | Sequence[str],
+        batch_size: int,
+        shuffle: bool = True,
+        seed: int = 0,
+        drop_last: bool = False,
+        transform: str | None = None,
+        transform_args: Mapping[str, Any] | None = None,
+        columns: Sequence[str] | None = None,
+        rank: int | None = None,
+        world_size: int | None = None,
+        pin_memory: bool | Literal["auto"] = "auto",
+        prefetch: int = 4,
+        on_corrupt: Literal["fail", "skip"] = "fail",
+        job_name: str | None = None,
+        timeout: float = 300.0,
+        connect_timeout: float = 30.0,
+    ) -> None:
+        if prefetch < 1:
+            raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
+        if on_corrupt not in _CORRUPT:
+            raise InvalidJobSpec(f"on_corrupt must be 'fail' or 'skip', got {on_corrupt!r}")
+        self.address = address
+        self.rank, self.world_size = resolve_rank_world(rank, world_size)
+        self.prefetch = prefetch
+        self.timeout = timeout
+        self.pin_memory = self._resolve_pin(pin_memory)
+        self.epoch: int | None = None  # the epoch of the current or last iteration
+        self._next_epoch: int | None = None
+        self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
+        datasets = [dataset] if isinstance(dataset, str) else list(dataset)
+        self.spec = pb.JobSpec(
+            dataset=datasets, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+            world_size=self.world_size,
+            transform=pb.TransformSpec(name=transform or "", args_json=json.dumps(dict(transform_args or {}))),
+            columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
+        )
+        self.job_name = job_name if job_name is not None else default_job_name()
+        self._channel = grpc.insecure_channel(address, options=[
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+        ])
+        self._stub = pb_grpc.LoaderStub(self._channel)
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
+        except grpc.FutureTimeoutError:
+            self._channel.close()
+            raise ServiceUnavailable(
+                f"cannot reach the shardstream service at {address} within {connect_timeout:.0f} s"
+            ) from None
+        self.job = self._open_job()
+        log.info("rank %d/%d joined job %s: %d batches per epoch", self.rank, self.world_size,
+                 self.job.job_id, self.job.batches_per_rank)
+
+    @staticmethod
+    def _resolve_pin(pin_memory: bool | Literal["auto"]) -> bool:
+        if pin_memory == "auto":
+            return pin_available()
+        if pin_memory and not pin_available():
+            warnings.warn("pin_memory=True but no accelerator is available: not pinning", stacklevel=3)
+            return False
+        return bool(pin_memory)
+
+    def _open_job(self) -> pb.OpenJobResponse:
+        request = pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, job_name=self.job_name,
+                                    spec=self.spec, rank=self.rank)
+        try:
+            response: pb.OpenJobResponse = self._stub.OpenJob(request, timeout=self.timeout)
+            return response
+        except grpc.RpcError as exc:
+            self._channel.close()
+            raise from_rpc_error(exc) from None
+
+    def __len__(self) -> int:
+        return int(self.job.batches_per_rank)
+
+    @property
+    def num_samples(self) -> int:
+        """Rows in the dataset (len(dataset))."""
+        return int(self.job.num_samples)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Like DistributedSampler.set_epoch: the next iteration runs this epoch."""
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        self._next_epoch = epoch
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        # A forgotten set_epoch advances the epoch instead of silently repeating its order.
+        if self._next_epoch is not None:
+            epoch = self._next_epoch
+        else:
+            epoch = 0 if self.epoch is None else self.epoch + 1
+        self._next_epoch = None
+        self.epoch = epoch
+        return self._iterate(epoch, start_step=0)
+
+    def _iterate(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+        total = len(self)
+        if start_step >= total:
+            return
+        describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
+        request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
+                                          epoch=epoch, rank=self.rank, start_step=start_step,
+                                          prefetch=self.prefetch)
+        call = self._stub.StreamBatches(request)
+        prefetcher = StreamPrefetcher(call, lambda m: batch_to_tensors(m, self.pin_memory),
+                                      self.prefetch, self.timeout, describe)
+        expected = start_step
+        try:
+            for message, tensors in prefetcher:
+                if message.step != expected or message.epoch != epoch:
+                    raise ShardstreamError(
+                        f"{describe}: expected batch {expected}, received epoch {message.epoch} "
+                        f"batch {message.step}"
+                    )
+                expected += 1
+                self.samples_replaced += message.replaced_samples
+                yield tensors
+        finally:
+            prefetcher.close()
+        if expected != total:
+            raise ShardstreamError(f"{describe}: stream ended after {expected} of {total} batches")
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> RemoteLoader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+__all__ = ["RemoteLoader"]

@@ -1,0 +1,143 @@
+"""Errors that cross the wire, and the one table mapping them to gRPC codes.
+
+The service raises these; the servicer boundary turns them into a gRPC status
+whose details name the class (``shardstream-error`` trailing metadata) and
+whose message names the cause. The client maps the status back to the same
+class, so ``except DatasetNotFound`` works on either side of the wire.
+Each class also subclasses the builtin that fits, so generic handlers
+(``except ValueError``) keep working.
+"""
+
+from __future__ import annotations
+
+import grpc
+
+ERROR_METADATA_KEY = "shardstream-error"
+
+
+class ShardstreamError(Exception):
+    """Base of every shardstream error."""
+
+    code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+
+
+class InvalidJobSpec(ShardstreamError, ValueError):
+    """The job spec is malformed: batch_size <= 0, rank >= world_size, ..."""
+
+    code = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class UnknownTransform(InvalidJobSpec):
+    """The transform name is neither built in nor importable."""
+
+
+class TransformNotAllowed(ShardstreamError, PermissionError):
+    """The transform's module is outside the service's allowlist."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
+class DatasetNotFound(ShardstreamError, FileNotFoundError):
+    """The dataset path, glob or a listed shard does not exist."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+
+class UnreadableShard(ShardstreamError, OSError):
+    """A shard exists but cannot be read as Parquet."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class SchemaMismatch(ShardstreamError, ValueError):
+    """Shards of one dataset disagree on their schema."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class CorruptSample(ShardstreamError, ValueError):
+    """A sample failed to decode; the message names file and row."""
+
+    code = grpc.StatusCode.DATA_LOSS
+
+
+class JobNotFound(ShardstreamError, KeyError):
+    """No job with this id is open on the service."""
+
+    code = grpc.StatusCode.NOT_FOUND
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable
+        return str(self.args[0]) if self.args else ""
+
+
+class JobSpecConflict(ShardstreamError, ValueError):
+    """A rank joined a job with a spec that differs from the job's."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ProtocolMismatch(ShardstreamError, ValueError):
+    """Client and service speak different protocol versions."""
+
+    code = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class ServiceUnavailable(ShardstreamError, ConnectionError):
+    """The service cannot be reached, or has no decoders."""
+
+    code = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceeded(ShardstreamError, TimeoutError):
+    """A wait ran past its deadline."""
+
+    code = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+ERRORS: dict[str, type[ShardstreamError]] = {
+    cls.__name__: cls
+    for cls in (
+        ShardstreamError,
+        InvalidJobSpec,
+        UnknownTransform,
+        TransformNotAllowed,
+        DatasetNotFound,
+        UnreadableShard,
+        SchemaMismatch,
+        CorruptSample,
+        JobNotFound,
+        JobSpecConflict,
+        ProtocolMismatch,
+        ServiceUnavailable,
+        DeadlineExceeded,
+    )
+}
+
+# Client-side fallback when a status carries no class name (a proxy, or grpc itself).
+_BY_CODE: dict[grpc.StatusCode, type[ShardstreamError]] = {
+    grpc.StatusCode.INVALID_ARGUMENT: InvalidJobSpec,
+    grpc.StatusCode.PERMISSION_DENIED: TransformNotAllowed,
+    grpc.StatusCode.NOT_FOUND: DatasetNotFound,
+    grpc.StatusCode.DATA_LOSS: CorruptSample,
+    grpc.StatusCode.UNAVAILABLE: ServiceUnavailable,
+    grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
+}
+
+
+def from_status(code: grpc.StatusCode, message: str, class_name: str | None) -> ShardstreamError:
+    """Rebuild the typed error a service raised from its gRPC status."""
+    cls = ERRORS.get(class_name or "") or _BY_CODE.get(code, ShardstreamError)
+    return cls(message or code.name)
+
+
+def from_rpc_error(error: grpc.RpcError) -> ShardstreamError:
+    """Map a grpc.RpcError (a Call) back to the typed error."""
+    call: grpc.Call = error  # type: ignore[assignment]
+    class_name = None
+    for key, value in call.trailing_metadata() or ():
+        if key == ERROR_METADATA_KEY:
+            class_name = value if isinstance(value, str) else value.decode()
+    return from_status(call.code(), call.details() or "", class_name)
+
+
+__all__ = ["ERRORS", "ERROR_METADATA_KEY", *ERRORS, "from_rpc_error", "from_status"]

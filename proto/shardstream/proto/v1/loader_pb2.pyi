@@ -1,0 +1,159 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class CorruptPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    CORRUPT_POLICY_FAIL: _ClassVar[CorruptPolicy]
+    CORRUPT_POLICY_SKIP: _ClassVar[CorruptPolicy]
+CORRUPT_POLICY_FAIL: CorruptPolicy
+CORRUPT_POLICY_SKIP: CorruptPolicy
+
+class TransformSpec(_message.Message):
+    __slots__ = ("name", "args_json")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    args_json: str
+    def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ...) -> None: ...
+
+class JobSpec(_message.Message):
+    __slots__ = ("dataset", "batch_size", "shuffle", "seed", "drop_last", "world_size", "transform", "columns", "on_corrupt")
+    DATASET_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    SHUFFLE_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    DROP_LAST_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    TRANSFORM_FIELD_NUMBER: _ClassVar[int]
+    COLUMNS_FIELD_NUMBER: _ClassVar[int]
+    ON_CORRUPT_FIELD_NUMBER: _ClassVar[int]
+    dataset: _containers.RepeatedScalarFieldContainer[str]
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    world_size: int
+    transform: TransformSpec
+    columns: _containers.RepeatedScalarFieldContainer[str]
+    on_corrupt: CorruptPolicy
+    def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ...) -> None: ...
+
+class OpenJobRequest(_message.Message):
+    __slots__ = ("protocol_version", "job_name", "spec", "rank")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    job_name: str
+    spec: JobSpec
+    rank: int
+    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class OpenJobResponse(_message.Message):
+    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    SPEC_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
+    NUM_FILES_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    spec_fingerprint: str
+    dataset_fingerprint: str
+    num_samples: int
+    samples_per_rank: int
+    batches_per_rank: int
+    num_files: int
+    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ...) -> None: ...
+
+class StreamBatchesRequest(_message.Message):
+    __slots__ = ("protocol_version", "job_id", "epoch", "rank", "start_step", "prefetch")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    START_STEP_FIELD_NUMBER: _ClassVar[int]
+    PREFETCH_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    job_id: str
+    epoch: int
+    rank: int
+    start_step: int
+    prefetch: int
+    def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., start_step: _Optional[int] = ..., prefetch: _Optional[int] = ...) -> None: ...
+
+class Tensor(_message.Message):
+    __slots__ = ("name", "dtype", "shape", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class Batch(_message.Message):
+    __slots__ = ("epoch", "rank", "step", "tensors", "sample_indices", "replaced_samples")
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    TENSORS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLE_INDICES_FIELD_NUMBER: _ClassVar[int]
+    REPLACED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    epoch: int
+    rank: int
+    step: int
+    tensors: _containers.RepeatedCompositeFieldContainer[Tensor]
+    sample_indices: _containers.RepeatedScalarFieldContainer[int]
+    replaced_samples: int
+    def __init__(self, epoch: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., sample_indices: _Optional[_Iterable[int]] = ..., replaced_samples: _Optional[int] = ...) -> None: ...
+
+class GetStatusRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class JobStatus(_message.Message):
+    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_NAME_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
+    WORLD_SIZE_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_REPLACED_FIELD_NUMBER: _ClassVar[int]
+    ACTIVE_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    job_name: str
+    num_samples: int
+    batches_per_rank: int
+    world_size: int
+    batches_served: int
+    samples_served: int
+    bytes_served: int
+    samples_replaced: int
+    active_streams: int
+    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ...) -> None: ...
+
+class ServiceStatus(_message.Message):
+    __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    DECODERS_FIELD_NUMBER: _ClassVar[int]
+    JOBS_FIELD_NUMBER: _ClassVar[int]
+    UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    decoders: int
+    jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
+    uptime_seconds: float
+    def __init__(self, protocol_version: _Optional[int] = ..., decoders: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...

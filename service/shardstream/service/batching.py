@@ -1,0 +1,116 @@
+"""One batch from global indices: read rows, prepare, augment, collate.
+
+Pure given its inputs: the same (job, epoch, indices) yields the same arrays
+on any actor. Corrupt samples either fail the batch naming file and row, or
+are replaced by the next readable sample in global order (deterministic) and
+counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardstream.proto.errors import CorruptSample
+from shardstream.service.dataset import DatasetIndex
+from shardstream.service.reader import ShardReader
+from shardstream.service.transforms import SampleTransform, collate, sample_rng
+from shardstream.service.transforms.columns import table_to_arrays
+
+MAX_REPLACEMENT_TRIES = 64
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """What a decode actor needs to know about a job (shipped once per actor)."""
+
+    job_id: str
+    index: DatasetIndex
+    columns: tuple[str, ...]
+    transform: str
+    transform_args: dict[str, Any]
+    allowed_transform_modules: tuple[str, ...]
+    seed: int
+    on_corrupt: str  # "fail" | "skip"
+
+
+@dataclass
+class DecodedBatch:
+    arrays: dict[str, np.ndarray]
+    indices: np.ndarray  # the sample indices actually in the batch, in order
+    replaced: int = 0
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.nbytes = sum(a.nbytes for a in self.arrays.values())
+
+
+def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform | None,
+                 epoch: int, indices: np.ndarray) -> DecodedBatch:
+    table = reader.read(indices)
+    if transform is None:
+        return DecodedBatch(arrays=table_to_arrays(table), indices=np.asarray(indices))
+    samples: list[dict[str, Any]] = []
+    used = np.array(indices, dtype=np.int64, copy=True)
+    replaced = 0
+    for position, row in enumerate(table.to_pylist()):
+        index = int(used[position])
+        try:
+            samples.append(_apply(transform, row, job.seed, epoch, index))
+        except Exception as exc:
+            if job.on_corrupt != "skip":
+                url, row_in_shard = job.index.locate(index)
+                raise CorruptSample(
+                    f"sample {index} (row {row_in_shard} of {url}) failed in transform "
+                    f"{job.transform!r}: {type(exc).__name__}: {exc}"
+                ) from None
+            index, sample = _replacement(job, reader, transform, epoch, index)
+            used[position] = index
+            samples.append(sample)
+            replaced += 1
+    collate_fn = getattr(transform, "collate", None) or collate
+    return DecodedBatch(arrays=collate_fn(samples), indices=used, replaced=replaced)
+
+
+def _apply(transform: SampleTransform, row: dict[str, Any], seed: int, epoch: int,
+           index: int) -> dict[str, Any]:
+    prepare = getattr(transform, "prepare", None)
+    augment = getattr(transform, "augment", None)
+    sample = prepare(row) if prepare else row
+    return augment(sample, sample_rng(seed, epoch, index)) if augment else sample
+
+
+def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform, epoch: int,
+                 index: int) -> tuple[int, dict[str, Any]]:
+    """The next sample after `index` (wrapping) that transforms cleanly."""
+    n = job.index.num_rows
+    for step in range(1, min(MAX_REPLACEMENT_TRIES, n) + 1):
+        candidate = (index + step) % n
+        row = reader.read(np.array([candidate])).to_pylist()[0]
+        try:
+            return candidate, _apply(transform, row, job.seed, epoch, candidate)
+        except Exception:
+            continue
+    url, row_in_shard = job.index.locate(index)
+    raise CorruptSample(
+        f"sample {index} (row {row_in_shard} of {url}) is corrupt and none of the next "
+        f"{MAX_REPLACEMENT_TRIES} samples could replace it"
+    )
+
+
+def check_job_schema(schema: pa.Schema, transform: SampleTransform | None) -> None:
+    """Refuse at open time what could never collate, instead of mid-epoch."""
+    if transform is None:
+        from shardstream.service.transforms.columns import check_schema
+
+        check_schema(schema)
+        return
+    check = getattr(transform, "check_schema", None)
+    if check is not None:
+        check(schema)
+
+
+__all__ = ["DecodeJob", "DecodedBatch", "check_job_schema", "decode_batch"]

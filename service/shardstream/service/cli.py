@@ -1,0 +1,92 @@
+"""`shardstream` command line: serve, status."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+
+import grpc
+
+log = logging.getLogger("shardstream")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="shardstream", description=__doc__)
+    parser.add_argument("--log-level", default="INFO")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the service (embedded local Ray unless --ray-address)")
+    serve.add_argument("--host", help="interface to bind (default 127.0.0.1; 0.0.0.0 for all)")
+    serve.add_argument("--port", type=int, help="port to bind (default 50051; 0 picks a free one)")
+    serve.add_argument("--ray-address", help="an existing Ray cluster, e.g. auto or ray://head:10001")
+    serve.add_argument("--num-decoders", type=int, help="decode actors (default: the cluster's 'decode' resource)")
+    serve.add_argument("--decoder-cpus", type=float, help="CPUs reserved per decode actor (default 1)")
+    serve.add_argument("--allow-transform-module", action="append", dest="allowed_transform_modules",
+                       metavar="PREFIX", help="import-path prefix user transforms may come from (repeatable)")
+    serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
+    serve.add_argument("--port-file", help="write the bound port here once serving")
+
+    status = commands.add_parser("status", help="show decoders and jobs of a running service")
+    status.add_argument("address", help="host:port of the service")
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.command == "serve":
+        return _serve(args)
+    return _status(args.address)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from shardstream.service.config import ServiceConfig
+    from shardstream.service.ray_runtime import connect_ray
+    from shardstream.service.server import create_server
+
+    overrides = {k: getattr(args, k) for k in (
+        "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch")}
+    if args.allowed_transform_modules:
+        overrides["allowed_transform_modules"] = tuple(args.allowed_transform_modules)
+    config = ServiceConfig.load(overrides)
+    connect_ray(config)
+    service, port = create_server(config)
+    if args.port_file:
+        with open(args.port_file, "w") as f:
+            f.write(f"{port}\n")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    log.info("shutting down")
+    service.stop(grace=5.0)
+    return 0
+
+
+def _status(address: str) -> int:
+    from shardstream.proto.errors import from_rpc_error
+    from shardstream.proto.v1 import loader_pb2 as pb
+    from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+
+    with grpc.insecure_channel(address) as channel:
+        try:
+            status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
+        except grpc.RpcError as exc:
+            log.error("%s: %s", address, from_rpc_error(exc))
+            return 1
+    lines = [f"service {address}: protocol v{status.protocol_version}, {status.decoders} decoder(s), "
+             f"up {status.uptime_seconds:.0f} s, {len(status.jobs)} job(s)"]
+    for job in status.jobs:
+        lines.append(
+            f"  job {job.job_id} {job.job_name!r}: {job.num_samples} samples, world {job.world_size}, "
+            f"{job.batches_per_rank} batches/rank; served {job.batches_served} batches, "
+            f"{job.bytes_served / 1e6:.1f} MB, {job.samples_replaced} replaced; "
+            f"{job.active_streams} active stream(s)"
+        )
+    sys.stdout.write("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,82 @@
+"""Service configuration: one frozen dataclass, layered defaults -> SHARDSTREAM_* env -> flags.
+
+The Helm chart's values mirror these fields (see docs/configuration.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+ENV_PREFIX = "SHARDSTREAM_"
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    host: str = "127.0.0.1"
+    port: int = 50051
+    ray_address: str | None = None  # None: start an embedded local Ray
+    num_decoders: int | None = None  # None: one per unit of the cluster's `decode` resource
+    decoder_cpus: float = 1.0
+    allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
+    default_prefetch: int = 4  # batches decoded ahead per stream
+    max_prefetch: int = 64
+    decode_timeout_s: float = 300.0  # deadline for one batch's decode
+    row_group_cache_bytes: int = 256 * 2**20  # per decode actor
+    max_message_bytes: int = 1 << 30
+    grpc_workers: int = 64  # concurrent RPCs, each stream holds one
+    object_store_memory: int | None = None  # embedded Ray only
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535, got {self.port}")
+        if self.num_decoders is not None and self.num_decoders < 1:
+            raise ValueError(f"num_decoders must be >= 1, got {self.num_decoders}")
+        if self.decoder_cpus <= 0:
+            raise ValueError(f"decoder_cpus must be > 0, got {self.decoder_cpus}")
+        if not 1 <= self.default_prefetch <= self.max_prefetch:
+            raise ValueError("default_prefetch must be between 1 and max_prefetch")
+        if self.decode_timeout_s <= 0:
+            raise ValueError("decode_timeout_s must be > 0")
+        if self.grpc_workers < 2:
+            raise ValueError("grpc_workers must be >= 2")
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def load(cls, overrides: Mapping[str, Any] | None = None,
+             environ: Mapping[str, str] | None = None) -> ServiceConfig:
+        """Defaults, then SHARDSTREAM_<FIELD> from the environment, then overrides (flags)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            raw = environ.get(ENV_PREFIX + f.name.upper())
+            if raw is not None and raw != "":
+                values[f.name] = _parse(f, raw)
+        for key, value in (overrides or {}).items():
+            if value is not None:
+                values[key] = value
+        return cls(**values)
+
+
+def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
+    kind = str(f.type)
+    try:
+        if "tuple" in kind:
+            return tuple(p.strip() for p in raw.split(",") if p.strip())
+        if "float" in kind:
+            return float(raw)
+        if "int" in kind:
+            return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
+    return raw
+
+
+
+__all__ = ["ENV_PREFIX", "ServiceConfig"]

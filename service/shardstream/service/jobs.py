@@ -1,0 +1,127 @@
+"""The job registry: ranks of one training job share one job and its plans.
+
+A job is named by the client (ranks agree on the name) and identified by
+(name, spec fingerprint). Opening is idempotent; a rank that brings a
+different spec under the same name is refused with the differences spelled
+out. Plans are cached for the few most recent epochs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
+from shardstream.service.batching import DecodeJob, check_job_schema
+from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.plan import EpochPlan, SamplingSpec
+from shardstream.service.spec import JobSpec
+from shardstream.service.transforms import build_transform
+
+log = logging.getLogger(__name__)
+
+PLANS_KEPT = 4
+
+
+@dataclass
+class JobCounters:
+    batches_served: int = 0
+    samples_served: int = 0
+    bytes_served: int = 0
+    samples_replaced: int = 0
+    active_streams: int = 0
+
+
+@dataclass
+class Job:
+    job_id: str
+    name: str
+    spec: JobSpec
+    index: DatasetIndex
+    sampling: SamplingSpec
+    decode: DecodeJob
+    counters: JobCounters = field(default_factory=JobCounters)
+    _plans: OrderedDict[int, EpochPlan] = field(default_factory=OrderedDict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def plan(self, epoch: int) -> EpochPlan:
+        with self._lock:
+            plan = self._plans.get(epoch)
+            if plan is None:
+                plan = self._plans[epoch] = EpochPlan(self.sampling, epoch)
+                while len(self._plans) > PLANS_KEPT:
+                    self._plans.popitem(last=False)
+            self._plans.move_to_end(epoch)
+        return plan
+
+    def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0,
+              streams: int = 0) -> None:
+        with self._lock:
+            c = self.counters
+            c.batches_served += batches
+            c.samples_served += samples
+            c.bytes_served += nbytes
+            c.samples_replaced += replaced
+            c.active_streams += streams
+
+
+class JobRegistry:
+    def __init__(self, allowed_transform_modules: tuple[str, ...]) -> None:
+        self.allowed_transform_modules = allowed_transform_modules
+        self._jobs: dict[str, Job] = {}
+        self._by_name: dict[str, Job] = {}
+        self._opening: dict[str, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def open(self, name: str, spec: JobSpec, rank: int) -> Job:
+        if not 0 <= rank < spec.world_size:
+            raise InvalidJobSpec(f"rank {rank} is outside world_size {spec.world_size} (0..{spec.world_size - 1})")
+        name = name or spec.fingerprint
+        with self._lock:
+            name_lock = self._opening.setdefault(name, threading.Lock())
+        with name_lock:  # ranks opening the same job concurrently index it once
+            existing = self._by_name.get(name)
+            if existing is not None:
+                if existing.spec != spec:
+                    raise JobSpecConflict(
+                        f"rank {rank}'s spec differs from job {name!r}: "
+                        + "; ".join(spec.differences(existing.spec))
+                    )
+                return existing
+            job = self._create(name, spec)
+            with self._lock:
+                self._jobs[job.job_id] = job
+                self._by_name[name] = job
+            log.info("opened job %s (%r): %d samples, %d batches per rank x %d ranks",
+                     job.job_id, name, job.index.num_rows, job.sampling.batches_per_rank,
+                     spec.world_size)
+            return job
+
+    def _create(self, name: str, spec: JobSpec) -> Job:
+        transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
+        index = index_dataset(spec.dataset, spec.columns)
+        check_job_schema(index.schema, transform)
+        job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
+        sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
+                                spec.seed, spec.drop_last)
+        decode = DecodeJob(job_id=job_id, index=index, columns=spec.columns, transform=spec.transform,
+                           transform_args=spec.transform_kwargs,
+                           allowed_transform_modules=self.allowed_transform_modules,
+                           seed=spec.seed, on_corrupt=spec.on_corrupt)
+        return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode)
+
+    def get(self, job_id: str) -> Job:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise JobNotFound(f"no job {job_id!r} on this service: open it first (OpenJob)")
+        return job
+
+    def all(self) -> list[Job]:
+        with self._lock:
+            return list(self._jobs.values())
+
+
+__all__ = ["Job", "JobCounters", "JobRegistry"]

@@ -1,0 +1,76 @@
+"""The epoch plan: which global sample indices each rank gets, batch by batch.
+
+A pure function of (N, world size, batch size, shuffle, seed, drop_last,
+epoch): it reproduces ``DistributedSampler`` + ``set_epoch`` + ``DataLoader``
+bit for bit by calling torch's own ``randperm`` with the same generator seed.
+Nothing here depends on timing, worker count or which actor decodes what.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingSpec:
+    num_samples_total: int  # N, rows in the dataset
+    world_size: int
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+
+    @property
+    def samples_per_rank(self) -> int:
+        """DistributedSampler.num_samples."""
+        n, w = self.num_samples_total, self.world_size
+        if self.drop_last and n % w:
+            return math.ceil((n - w) / w)
+        return math.ceil(n / w)
+
+    @property
+    def batches_per_rank(self) -> int:
+        """len(DataLoader) on every rank."""
+        if self.drop_last:
+            return self.samples_per_rank // self.batch_size
+        return math.ceil(self.samples_per_rank / self.batch_size)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """The padded global order of one epoch; ranks take every W-th element."""
+
+    sampling: SamplingSpec
+    epoch: int
+
+    @cached_property
+    def order(self) -> np.ndarray:
+        s = self.sampling
+        n = s.num_samples_total
+        if s.shuffle:
+            generator = torch.Generator()
+            generator.manual_seed(s.seed + self.epoch)
+            indices = torch.randperm(n, generator=generator).numpy().astype(np.int64)
+        else:
+            indices = np.arange(n, dtype=np.int64)
+        total = s.samples_per_rank * s.world_size
+        if total > n:  # pad by wrapping from the head, as DistributedSampler does
+            indices = np.resize(indices, total)
+        return indices[:total]
+
+    def rank_indices(self, rank: int) -> np.ndarray:
+        return self.order[rank :: self.sampling.world_size]
+
+    def batch_indices(self, rank: int, step: int) -> np.ndarray:
+        b = self.sampling.batch_size
+        if not 0 <= step < self.sampling.batches_per_rank:
+            raise IndexError(f"step {step} is outside 0..{self.sampling.batches_per_rank - 1}")
+        return self.rank_indices(rank)[step * b : (step + 1) * b]
+
+
+__all__ = ["EpochPlan", "SamplingSpec"]

@@ -1,0 +1,123 @@
+"""The gRPC servicer: message in, domain call, message out.
+
+The error boundary lives here: a ShardstreamError becomes a gRPC status with
+its code, its message and the class name in trailing metadata; anything else
+becomes INTERNAL, logged with its traceback. Nothing escapes to take the
+server down, so one job's bad input never disturbs another's stream.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn, TypeVar
+
+import grpc
+
+from shardstream.proto import PROTOCOL_VERSION
+from shardstream.proto.errors import ERROR_METADATA_KEY, ProtocolMismatch, ShardstreamError
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.service.config import ServiceConfig
+from shardstream.service.jobs import Job, JobRegistry
+from shardstream.service.pool import DecodePool
+from shardstream.service.spec import JobSpec
+from shardstream.service.streaming import stream_batches
+
+log = logging.getLogger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _abort(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
+    if isinstance(exc, ShardstreamError):
+        context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
+        context.abort(exc.code, str(exc))
+    log.exception("internal error", exc_info=exc)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def unary_boundary(method: F) -> F:
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Exception as exc:
+            _abort(context, exc)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def stream_boundary(method: F) -> F:
+    @functools.wraps(method)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
+        try:
+            yield from method(self, request, context)
+        except Exception as exc:
+            _abort(context, exc)
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _check_version(version: int) -> None:
+    if version != PROTOCOL_VERSION:
+        raise ProtocolMismatch(
+            f"client speaks protocol version {version}, this service speaks {PROTOCOL_VERSION}: "
+            "install matching shardstream versions"
+        )
+
+
+class LoaderServicer(pb_grpc.LoaderServicer):
+    def __init__(self, config: ServiceConfig, registry: JobRegistry, pool: DecodePool) -> None:
+        self.config = config
+        self.registry = registry
+        self.pool = pool
+        self.started = time.monotonic()
+
+    @unary_boundary
+    def OpenJob(self, request: pb.OpenJobRequest, context: grpc.ServicerContext) -> pb.OpenJobResponse:
+        _check_version(request.protocol_version)
+        job = self.registry.open(request.job_name, JobSpec.from_proto(request.spec), request.rank)
+        return pb.OpenJobResponse(
+            job_id=job.job_id,
+            spec_fingerprint=job.spec.fingerprint,
+            dataset_fingerprint=job.index.fingerprint,
+            num_samples=job.index.num_rows,
+            samples_per_rank=job.sampling.samples_per_rank,
+            batches_per_rank=job.sampling.batches_per_rank,
+            num_files=len(job.index.shards),
+        )
+
+    @unary_boundary
+    def GetStatus(self, request: pb.GetStatusRequest, context: grpc.ServicerContext) -> pb.ServiceStatus:
+        return pb.ServiceStatus(
+            protocol_version=PROTOCOL_VERSION,
+            decoders=self.pool.size,
+            jobs=[_job_status(job) for job in self.registry.all()],
+            uptime_seconds=time.monotonic() - self.started,
+        )
+
+    @stream_boundary
+    def StreamBatches(self, request: pb.StreamBatchesRequest,
+                      context: grpc.ServicerContext) -> Iterator[pb.Batch]:
+        _check_version(request.protocol_version)
+        job = self.registry.get(request.job_id)
+        prefetch = min(request.prefetch or self.config.default_prefetch, self.config.max_prefetch)
+        yield from stream_batches(job, self.pool, request.epoch, request.rank, request.start_step,
+                                  prefetch, self.config.decode_timeout_s, context.is_active)
+
+
+def _job_status(job: Job) -> pb.JobStatus:
+    c = job.counters
+    return pb.JobStatus(
+        job_id=job.job_id, job_name=job.name, num_samples=job.index.num_rows,
+        batches_per_rank=job.sampling.batches_per_rank, world_size=job.spec.world_size,
+        batches_served=c.batches_served, samples_served=c.samples_served,
+        bytes_served=c.bytes_served, samples_replaced=c.samples_replaced,
+        active_streams=c.active_streams,
+    )
+
+
+__all__ = ["LoaderServicer"]

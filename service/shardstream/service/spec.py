@@ -1,0 +1,87 @@
+"""The job spec as a domain object: validated, fingerprinted, comparable.
+
+Everything that decides which samples a rank sees and how they look lives
+here; the fingerprint of it names the job's plan on every service instance.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.v1 import loader_pb2 as pb
+
+CORRUPT_POLICIES = {pb.CORRUPT_POLICY_FAIL: "fail", pb.CORRUPT_POLICY_SKIP: "skip"}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    dataset: tuple[str, ...]
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    world_size: int
+    transform: str = ""
+    transform_args: str = "{}"  # canonical JSON
+    columns: tuple[str, ...] = ()
+    on_corrupt: str = "fail"
+
+    def __post_init__(self) -> None:
+        if not self.dataset or any(not d for d in self.dataset):
+            raise InvalidJobSpec("dataset is empty: give a directory, a glob or a list of files")
+        if self.batch_size <= 0:
+            raise InvalidJobSpec(f"batch_size must be > 0, got {self.batch_size}")
+        if self.world_size <= 0:
+            raise InvalidJobSpec(f"world_size must be > 0, got {self.world_size}")
+        if self.on_corrupt not in CORRUPT_POLICIES.values():
+            raise InvalidJobSpec(f"on_corrupt must be 'fail' or 'skip', got {self.on_corrupt!r}")
+        if len(set(self.columns)) != len(self.columns):
+            raise InvalidJobSpec(f"columns has duplicates: {list(self.columns)}")
+
+    @classmethod
+    def from_proto(cls, msg: pb.JobSpec) -> JobSpec:
+        args = msg.transform.args_json or "{}"
+        try:
+            parsed = json.loads(args)
+        except json.JSONDecodeError as exc:
+            raise InvalidJobSpec(f"transform args are not valid JSON: {exc}") from None
+        if not isinstance(parsed, dict):
+            raise InvalidJobSpec("transform args must be a JSON object")
+        if msg.on_corrupt not in CORRUPT_POLICIES:
+            raise InvalidJobSpec(f"unknown on_corrupt policy {msg.on_corrupt}")
+        return cls(
+            dataset=tuple(msg.dataset),
+            batch_size=msg.batch_size,
+            shuffle=msg.shuffle,
+            seed=msg.seed,
+            drop_last=msg.drop_last,
+            world_size=msg.world_size,
+            transform=msg.transform.name,
+            transform_args=json.dumps(parsed, sort_keys=True, separators=(",", ":")),
+            columns=tuple(msg.columns),
+            on_corrupt=CORRUPT_POLICIES[msg.on_corrupt],
+        )
+
+    @property
+    def transform_kwargs(self) -> dict[str, Any]:
+        return dict(json.loads(self.transform_args))
+
+    @property
+    def fingerprint(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+    def differences(self, other: JobSpec) -> list[str]:
+        """Human-readable field differences, for conflict errors."""
+        return [
+            f"{f.name}: {getattr(self, f.name)!r} != {getattr(other, f.name)!r}"
+            for f in fields(self)
+            if getattr(self, f.name) != getattr(other, f.name)
+        ]
+
+
+__all__ = ["JobSpec"]

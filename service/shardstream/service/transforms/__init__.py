@@ -1,0 +1,66 @@
+"""Transform registry: built-ins by name, user transforms by import path.
+
+A user transform is ``"package.module:factory"``; the factory is called with
+the job's transform args and returns an object with ``prepare``/``augment``
+(see ``base.SampleTransform``), optionally ``collate`` and ``check_schema``.
+Its module must start with one of the service's allowed prefixes.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+from shardstream.proto.errors import InvalidJobSpec, TransformNotAllowed, UnknownTransform
+from shardstream.service.transforms.base import SampleTransform, collate, sample_rng
+
+
+def _image(**kwargs: Any) -> SampleTransform:
+    from shardstream.service.transforms.image import ImageTransform  # lazy: Pillow
+
+    return ImageTransform(**kwargs)
+
+
+BUILTIN: dict[str, Callable[..., SampleTransform]] = {"image": _image}
+
+
+def build_transform(name: str, kwargs: dict[str, Any],
+                    allowed_modules: tuple[str, ...]) -> SampleTransform | None:
+    """The transform named in a job spec, or None for plain columns."""
+    if not name:
+        return None
+    factory = BUILTIN.get(name) or _import_factory(name, allowed_modules)
+    try:
+        transform = factory(**kwargs)
+    except TypeError as exc:
+        raise InvalidJobSpec(f"transform {name!r} rejected its arguments {kwargs}: {exc}") from None
+    if not callable(getattr(transform, "prepare", None)) and not callable(getattr(transform, "augment", None)):
+        raise UnknownTransform(f"transform {name!r} returned {type(transform).__name__}, "
+                               "which has neither prepare() nor augment()")
+    return transform
+
+
+def _import_factory(name: str, allowed_modules: tuple[str, ...]) -> Callable[..., SampleTransform]:
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise UnknownTransform(
+            f"unknown transform {name!r}: built-ins are {sorted(BUILTIN)}; "
+            "a user transform is named 'package.module:factory'"
+        )
+    if not any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in allowed_modules):
+        raise TransformNotAllowed(
+            f"transform module {module_name!r} is not allowed on this service "
+            f"(allowed prefixes: {list(allowed_modules) or 'none'}; see --allow-transform-module)"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownTransform(f"transform module {module_name!r} is not installed on the service: {exc}") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise UnknownTransform(f"{module_name!r} has no callable {attr!r}")
+    return factory  # type: ignore[no-any-return]
+
+
+__all__ = ["BUILTIN", "SampleTransform", "build_transform", "collate", "sample_rng"]

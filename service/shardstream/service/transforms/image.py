@@ -1,0 +1,91 @@
+"""The built-in image transform: prepare = decode (+ resize), augment = crop + flip.
+
+Output: the image column as uint8 [B, C, H, W]; every other selected column
+passes through as a tensor (labels). JPEG and PNG decode in Pillow's C code.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from PIL import Image
+
+from shardstream.proto.errors import InvalidJobSpec
+from shardstream.service.transforms.base import Sample, check_tensor_column
+
+MODES = ("random_crop", "center_crop", "resize")
+
+
+class ImageTransform:
+    def __init__(self, column: str = "image", size: int | list[int] = 224, mode: str = "random_crop",
+                 flip: bool = True, resize_short: int | None = None, channels: int = 3) -> None:
+        height, width = (size, size) if isinstance(size, int) else tuple(size)
+        if height <= 0 or width <= 0:
+            raise InvalidJobSpec(f"image size must be positive, got {size!r}")
+        if mode not in MODES:
+            raise InvalidJobSpec(f"image mode must be one of {MODES}, got {mode!r}")
+        if channels not in (1, 3):
+            raise InvalidJobSpec(f"image channels must be 1 or 3, got {channels!r}")
+        if resize_short is not None and resize_short <= 0:
+            raise InvalidJobSpec(f"resize_short must be positive, got {resize_short!r}")
+        self.column, self.height, self.width = column, int(height), int(width)
+        self.mode, self.flip, self.resize_short = mode, bool(flip), resize_short
+        self.pil_mode = "RGB" if channels == 3 else "L"
+
+    def check_schema(self, schema: pa.Schema) -> None:
+        if self.column not in schema.names:
+            raise InvalidJobSpec(f"image column {self.column!r} not in dataset columns {schema.names}")
+        kind = schema.field(self.column).type
+        if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+            raise InvalidJobSpec(f"image column {self.column!r} must hold encoded bytes, has {kind}")
+        for field in schema:
+            if field.name != self.column:
+                check_tensor_column(field)
+
+    def prepare(self, row: Sample) -> Sample:
+        """Deterministic: decode and resize. Raises on a corrupt image."""
+        with Image.open(io.BytesIO(row[self.column])) as img:
+            img.load()
+            img = img.convert(self.pil_mode)
+        if self.mode == "resize":
+            img = img.resize((self.width, self.height), Image.Resampling.BILINEAR)
+        else:
+            img = self._fit(img)
+            if self.mode == "center_crop":
+                top = (img.height - self.height) // 2
+                left = (img.width - self.width) // 2
+                img = img.crop((left, top, left + self.width, top + self.height))
+        out: dict[str, Any] = dict(row)
+        pixels = np.asarray(img, dtype=np.uint8)
+        out[self.column] = pixels if pixels.ndim == 3 else pixels[:, :, None]
+        return out
+
+    def augment(self, sample: Sample, rng: np.random.Generator) -> Sample:
+        """Random: crop position and horizontal flip, then HWC -> CHW."""
+        pixels: np.ndarray = sample[self.column]
+        if self.mode == "random_crop":
+            top = int(rng.integers(0, pixels.shape[0] - self.height + 1))
+            left = int(rng.integers(0, pixels.shape[1] - self.width + 1))
+            pixels = pixels[top : top + self.height, left : left + self.width]
+        if self.flip and rng.random() < 0.5:
+            pixels = pixels[:, ::-1]
+        out = dict(sample)
+        out[self.column] = np.ascontiguousarray(pixels.transpose(2, 0, 1))
+        return out
+
+    def _fit(self, img: Image.Image) -> Image.Image:
+        """Resize so the short side is resize_short, and never smaller than the crop."""
+        scale = 1.0
+        if self.resize_short is not None:
+            scale = self.resize_short / min(img.width, img.height)
+        scale = max(scale, self.height / img.height, self.width / img.width)
+        if scale != 1.0:
+            size = (max(self.width, round(img.width * scale)), max(self.height, round(img.height * scale)))
+            img = img.resize(size, Image.Resampling.BILINEAR)
+        return img
+
+
+__all__ = ["ImageTransform"]

@@ -1,0 +1,43 @@
+"""Shared fixtures: a real local Ray and a real shardstream service on port 0."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+# Ray: no dashboard, no usage stats, quiet, small; tests must never reach the network.
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+TEST_OBJECT_STORE_BYTES = 256 * 2**20
+
+
+def start_local_ray(num_decoders: int = 2) -> None:
+    import ray
+
+    ray.init(num_cpus=2, resources={"decode": num_decoders}, object_store_memory=TEST_OBJECT_STORE_BYTES,
+             include_dashboard=False, logging_level="WARNING")
+
+
+@pytest.fixture(scope="module")
+def local_ray() -> Iterator[None]:
+    import ray
+
+    start_local_ray()
+    yield
+    ray.shutdown()
+
+
+@pytest.fixture(scope="module")
+def service_address(local_ray: None) -> Iterator[str]:
+    """A running service (2 decode actors) on 127.0.0.1:<free port>."""
+    from shardstream.service.config import ServiceConfig
+    from shardstream.service.server import create_server
+
+    service, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5,
+                                                allowed_transform_modules=("tests.transforms",)))
+    yield f"127.0.0.1:{port}"
+    service.stop(grace=1.0)
