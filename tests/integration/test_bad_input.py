@@ -61,7 +61,7 @@ def test_empty_directory_and_unmatched_glob(service_address: str, tmp_path: obje
 
 
 def test_missing_shard_in_a_list(service_address: str, good: str) -> None:
-    with pytest.raises(DatasetNotFound, match="missing.parquet"):
+    with pytest.raises(DatasetNotFound, match=r"missing\.parquet"):
         open_loader(service_address, [f"{good}/part-00000.parquet", f"{good}/missing.parquet"])
 
 
@@ -69,7 +69,7 @@ def test_unreadable_file(service_address: str, good: str, tmp_path: object) -> N
     bad = os.path.join(str(tmp_path), "junk.parquet")
     with open(bad, "wb") as f:
         f.write(b"this is not parquet")
-    with pytest.raises(UnreadableShard, match="junk.parquet"):
+    with pytest.raises(UnreadableShard, match=r"junk\.parquet"):
         open_loader(service_address, bad)
     assert_still_serves(service_address, good)
 
@@ -78,7 +78,7 @@ def test_schemas_disagree(service_address: str, good: str, tmp_path: object) -> 
     directory = str(tmp_path)
     write_indexed(directory, [3])
     pq.write_table(pa.table({"idx": pa.array([1.0]), "x": pa.array([1])}), f"{directory}/zz.parquet")
-    with pytest.raises(SchemaMismatch, match="zz.parquet"):
+    with pytest.raises(SchemaMismatch, match=r"zz\.parquet"):
         open_loader(service_address, directory)
     assert_still_serves(service_address, good)
 
@@ -95,7 +95,7 @@ def test_invalid_spec(service_address: str, good: str, kwargs: dict, match: str)
 
 
 def test_binary_column_without_transform(service_address: str, images: str) -> None:
-    with pytest.raises(InvalidJobSpec, match="'image'.*choose a transform"):
+    with pytest.raises(InvalidJobSpec, match=r"'image'.*choose a transform"):
         open_loader(service_address, images)
 
 
@@ -144,4 +144,4 @@ def test_corrupt_image_skipped_and_replaced_deterministically(service_address: s
     indices = [i for b in batches for i in b["idx"].tolist()]
     assert indices == [*range(13), 14, *range(14, 20)]  # 13 replaced by the next readable sample
     assert all(b["image"].shape[1:] == (3, 16, 16) for b in batches)
-    assert all((a["image"] == b["image"]).all() for a, b in zip(batches, again))
+    assert all((a["image"] == b["image"]).all() for a, b in zip(batches, again, strict=True))

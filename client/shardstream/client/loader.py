@@ -28,7 +28,12 @@ from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.prefetcher import StreamPrefetcher
 from shardstream.client.tensors import batch_to_tensors, pin_available
 from shardstream.proto import PROTOCOL_VERSION
-from shardstream.proto.errors import InvalidJobSpec, ServiceUnavailable, ShardstreamError, from_rpc_error
+from shardstream.proto.errors import (
+    InvalidJobSpec,
+    ServiceUnavailable,
+    ShardstreamError,
+    from_rpc_error,
+)
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 

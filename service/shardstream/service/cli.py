@@ -75,8 +75,12 @@ def _status(address: str) -> int:
         except grpc.RpcError as exc:
             log.error("%s: %s", address, from_rpc_error(exc))
             return 1
-    lines = [f"service {address}: protocol v{status.protocol_version}, {status.decoders} decoder(s), "
-             f"up {status.uptime_seconds:.0f} s, {len(status.jobs)} job(s)"]
+    nodes = {d.node_id for d in status.decoder_status}
+    lines = [f"service {address}: protocol v{status.protocol_version}, {status.decoders} decoder(s) "
+             f"on {len(nodes)} node(s), up {status.uptime_seconds:.0f} s, {len(status.jobs)} job(s)"]
+    for node in sorted(nodes):
+        busy = [d.in_flight for d in status.decoder_status if d.node_id == node]
+        lines.append(f"  node {node[:12]}: {len(busy)} decoder(s), {sum(busy)} batch(es) in flight")
     for job in status.jobs:
         lines.append(
             f"  job {job.job_id} {job.job_name!r}: {job.num_samples} samples, world {job.world_size}, "

@@ -18,7 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec, SchemaMismatch, UnreadableShard
+from shardstream.proto.errors import (
+    DatasetNotFound,
+    InvalidJobSpec,
+    SchemaMismatch,
+    UnreadableShard,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,9 +119,9 @@ def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (),
     with ThreadPoolExecutor(max_workers=min(max_workers, len(urls))) as pool:
         results = list(pool.map(read_shard, urls))
     shards = tuple(shard for shard, _ in results)
-    schemas = [_select(schema.remove_metadata(), columns, url) for (_, schema), url in zip(results, urls)]
+    schemas = [_select(schema.remove_metadata(), columns, url) for (_, schema), url in zip(results, urls, strict=True)]
     first = schemas[0]
-    for schema, url in zip(schemas[1:], urls[1:]):
+    for schema, url in zip(schemas[1:], urls[1:], strict=True):
         if not schema.equals(first):
             raise SchemaMismatch(
                 f"shard {url!r} has schema [{_brief(schema)}] but {urls[0]!r} has [{_brief(first)}]"

@@ -10,10 +10,10 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import ray
-from ray.actor import ActorHandle
 
 from shardstream.proto.errors import ServiceUnavailable
 from shardstream.service.batching import DecodeJob
@@ -26,8 +26,9 @@ DECODE_RESOURCE = "decode"
 
 @dataclass
 class _Slot:
-    actor: ActorHandle
+    actor: Any  # ActorHandle[DecodeWorker]
     in_flight: int = 0
+    node_id: str = ""
 
 
 class DecodePool:
@@ -57,15 +58,22 @@ class DecodePool:
 
     def wait_ready(self, timeout_s: float) -> None:
         """Block until every actor answers, or raise naming how many did."""
-        refs = [s.actor.ping.remote() for s in self._slots]
+        refs: list[Any] = [s.actor.ping.remote() for s in self._slots]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
         if len(ready) < len(refs):
             raise ServiceUnavailable(
                 f"only {len(ready)} of {len(refs)} decode actors started within {timeout_s:.0f} s: "
                 "does the cluster have the CPUs and 'decode' resources they ask for?"
             )
-        nodes = {ray.get(r) for r in ready}
+        for slot, ref in zip(self._slots, refs, strict=True):
+            slot.node_id = str(ray.get(ref))
+        nodes = {slot.node_id for slot in self._slots}
         log.info("decode pool ready: %d actor(s) on %d node(s)", len(refs), len(nodes))
+
+    def status(self) -> list[tuple[str, int]]:
+        """(node id, in-flight batches) of each decode actor."""
+        with self._lock:
+            return [(slot.node_id, slot.in_flight) for slot in self._slots]
 
     def register(self, job: DecodeJob) -> None:
         with self._lock:

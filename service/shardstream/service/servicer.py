@@ -37,6 +37,7 @@ def _abort(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
         context.abort(exc.code, str(exc))
     log.exception("internal error", exc_info=exc)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+    raise AssertionError("context.abort returned")  # it always raises
 
 
 def unary_boundary(method: F) -> F:
@@ -45,7 +46,7 @@ def unary_boundary(method: F) -> F:
         try:
             return method(self, request, context)
         except Exception as exc:
-            _abort(context, exc)
+            return _abort(context, exc)
 
     return wrapper  # type: ignore[return-value]
 
@@ -97,6 +98,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             decoders=self.pool.size,
             jobs=[_job_status(job) for job in self.registry.all()],
             uptime_seconds=time.monotonic() - self.started,
+            decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n) for node, n in self.pool.status()],
         )
 
     @stream_boundary

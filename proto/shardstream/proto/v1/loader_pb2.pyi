@@ -146,14 +146,24 @@ class JobStatus(_message.Message):
     active_streams: int
     def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ...) -> None: ...
 
+class DecoderStatus(_message.Message):
+    __slots__ = ("node_id", "in_flight")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    in_flight: int
+    def __init__(self, node_id: _Optional[str] = ..., in_flight: _Optional[int] = ...) -> None: ...
+
 class ServiceStatus(_message.Message):
-    __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds")
+    __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     DECODERS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DECODER_STATUS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     decoders: int
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
     uptime_seconds: float
-    def __init__(self, protocol_version: _Optional[int] = ..., decoders: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ...) -> None: ...
+    decoder_status: _containers.RepeatedCompositeFieldContainer[DecoderStatus]
+    def __init__(self, protocol_version: _Optional[int] = ..., decoders: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., decoder_status: _Optional[_Iterable[_Union[DecoderStatus, _Mapping]]] = ...) -> None: ...

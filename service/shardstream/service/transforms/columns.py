@@ -20,7 +20,7 @@ def check_schema(schema: pa.Schema) -> None:
 
 def table_to_arrays(table: pa.Table) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {}
-    for name, column in zip(table.column_names, table.columns):
+    for name, column in zip(table.column_names, table.columns, strict=True):
         out[name] = column_to_array(name, column)
     return out
 

@@ -47,9 +47,9 @@ class ImageTransform:
 
     def prepare(self, row: Sample) -> Sample:
         """Deterministic: decode and resize. Raises on a corrupt image."""
-        with Image.open(io.BytesIO(row[self.column])) as img:
-            img.load()
-            img = img.convert(self.pil_mode)
+        with Image.open(io.BytesIO(row[self.column])) as encoded:
+            encoded.load()
+            img: Image.Image = encoded.convert(self.pil_mode)
         if self.mode == "resize":
             img = img.resize((self.width, self.height), Image.Resampling.BILINEAR)
         else:

@@ -1,0 +1,53 @@
+"""Decode actors on two simulated nodes of one Ray cluster (ray.cluster_utils.Cluster)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from shardstream.client import RemoteLoader
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.service.config import ServiceConfig
+from shardstream.service.server import create_server
+from tests.datasets import oracle_batches, write_indexed
+
+NODE_STORE = 80 * 2**20
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    cluster = Cluster(initialize_head=True,
+                      head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
+    for _ in range(2):
+        cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, logging_level="WARNING")
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()
+
+
+@pytest.mark.slow
+def test_decode_actors_spread_over_decode_nodes(cluster: Cluster, tmp_path: object) -> None:
+    service, port = create_server(ServiceConfig(port=0))  # decoders follow the 'decode' resource
+    address = f"127.0.0.1:{port}"
+    try:
+        with grpc.insecure_channel(address) as channel:
+            status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
+        decode_nodes = {n.node_id for n in cluster.list_all_nodes()[1:]}
+        assert status.decoders == 2
+        assert {d.node_id for d in status.decoder_status} == decode_nodes
+        data = f"{tmp_path}/data"
+        write_indexed(data, [13, 4, 20])
+        for rank in (0, 1):
+            with RemoteLoader(address, dataset=data, batch_size=4, seed=2, world_size=2, rank=rank,
+                              prefetch=6) as loader:
+                loader.set_epoch(1)
+                assert [b["idx"].tolist() for b in loader] == oracle_batches(37, 2, rank, 4, True, 2, False, 1)
+    finally:
+        service.stop(grace=1.0)
