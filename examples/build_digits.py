@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import hashlib
+import itertools
 import json
 import os
 import shutil
@@ -76,7 +77,7 @@ def shard_plan(splits: dict[str, tuple[np.ndarray, np.ndarray]]) -> dict[str, li
     for name, (_, y) in splits.items():
         shards = TRAIN_SHARDS if name == "train" else 1
         bounds = np.linspace(0, len(y), shards + 1).astype(int)
-        plan[name] = [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        plan[name] = [(int(a), int(b)) for a, b in itertools.pairwise(bounds)]
     return plan
 
 

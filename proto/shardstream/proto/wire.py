@@ -30,7 +30,8 @@ def encode_array(name: str, array: np.ndarray) -> pb.Tensor:
     dtype = array.dtype.name
     if dtype not in WIRE_DTYPES:
         raise TypeError(f"column {name!r} has dtype {dtype}, which cannot travel as a tensor")
-    array = np.ascontiguousarray(array)
+    if not array.flags.c_contiguous:
+        array = array.copy(order="C")  # (np.ascontiguousarray would turn 0-d into 1-d)
     if array.dtype.byteorder == ">":
         array = array.astype(array.dtype.newbyteorder("<"))
     return pb.Tensor(name=name, dtype=dtype, shape=list(array.shape), data=array.tobytes())

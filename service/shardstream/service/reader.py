@@ -33,6 +33,9 @@ class RowGroupCache:
         return table
 
     def put(self, key: tuple[str, int, tuple[str, ...] | None], table: pa.Table) -> None:
+        old = self._tables.pop(key, None)
+        if old is not None:
+            self._bytes -= old.nbytes
         self._tables[key] = table
         self._bytes += table.nbytes
         while self._bytes > self.max_bytes and len(self._tables) > 1:

@@ -31,7 +31,10 @@ def column_to_array(name: str, column: pa.ChunkedArray) -> np.ndarray:
     array = column.combine_chunks()
     if pa.types.is_fixed_size_list(array.type):
         width = array.type.list_size
-        values = array.flatten().to_numpy(zero_copy_only=False)
+        flat = array.flatten()
+        if flat.null_count:
+            raise CorruptSample(f"column {name!r} has {flat.null_count} null value(s) inside its lists in this batch")
+        values = flat.to_numpy(zero_copy_only=False)
         return values.reshape(len(array), width)
     return np.asarray(array.to_numpy(zero_copy_only=False))
 

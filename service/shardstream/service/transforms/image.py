@@ -22,7 +22,11 @@ MODES = ("random_crop", "center_crop", "resize")
 class ImageTransform:
     def __init__(self, column: str = "image", size: int | list[int] = 224, mode: str = "random_crop",
                  flip: bool = True, resize_short: int | None = None, channels: int = 3) -> None:
-        height, width = (size, size) if isinstance(size, int) else tuple(size)
+        if isinstance(size, int):
+            size = [size, size]
+        if len(size) != 2 or not all(isinstance(v, int) for v in size):
+            raise InvalidJobSpec(f"image size must be an int or [height, width], got {size!r}")
+        height, width = size
         if height <= 0 or width <= 0:
             raise InvalidJobSpec(f"image size must be positive, got {size!r}")
         if mode not in MODES:

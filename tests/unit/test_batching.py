@@ -1,0 +1,125 @@
+"""decode_batch: plain columns, the image transform's determinism, corrupt sample policies."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from shardstream.proto.errors import CorruptSample, InvalidJobSpec
+from shardstream.service.batching import DecodedBatch, DecodeJob, check_job_schema, decode_batch
+from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.reader import RowGroupCache, ShardReader
+from shardstream.service.transforms import SampleTransform, build_transform
+from tests.datasets import write_images, write_indexed
+
+IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
+
+
+def _job(index: DatasetIndex, transform: str = "", args: dict[str, Any] | None = None,
+         on_corrupt: str = "fail", seed: int = 3) -> DecodeJob:
+    return DecodeJob(job_id="j", index=index, columns=(), transform=transform,
+                     transform_args=args or {}, allowed_transform_modules=(), seed=seed,
+                     on_corrupt=on_corrupt)
+
+
+def _decode(job: DecodeJob, epoch: int, indices: list[int]) -> DecodedBatch:
+    reader = ShardReader(job.index, list(job.columns) or None, RowGroupCache(1 << 20))
+    transform: SampleTransform | None = build_transform(job.transform, job.transform_args, ())
+    return decode_batch(job, reader, transform, epoch, np.array(indices, dtype=np.int64))
+
+
+@pytest.fixture(scope="module")
+def columns_index(tmp_path_factory: pytest.TempPathFactory) -> DatasetIndex:
+    directory = tmp_path_factory.mktemp("cols")
+    write_indexed(str(directory), [5, 0, 6], row_group_size=2, features=4)
+    return index_dataset((str(directory),))
+
+
+@pytest.fixture(scope="module")
+def images_index(tmp_path_factory: pytest.TempPathFactory) -> DatasetIndex:
+    directory = tmp_path_factory.mktemp("imgs")
+    write_images(str(directory), [6, 7], corrupt=(4, 5, 12))
+    return index_dataset((str(directory),))
+
+
+def test_no_transform_gives_column_arrays(columns_index: DatasetIndex) -> None:
+    indices = [10, 0, 7, 7, 3]
+    batch = _decode(_job(columns_index), 0, indices)
+    assert set(batch.arrays) == {"idx", "x", "y"}
+    np.testing.assert_array_equal(batch.arrays["idx"], indices)
+    assert batch.arrays["idx"].dtype == np.int64
+    assert batch.arrays["y"].dtype == np.int32
+    np.testing.assert_array_equal(batch.arrays["y"], np.array(indices) % 10)
+    x = batch.arrays["x"]
+    assert x.shape == (5, 4) and x.dtype == np.float32
+    np.testing.assert_array_equal(x, np.repeat(np.array(indices, np.float32)[:, None], 4, axis=1))
+    np.testing.assert_array_equal(batch.indices, indices)
+    assert batch.replaced == 0
+    assert batch.nbytes == sum(a.nbytes for a in batch.arrays.values()) > 0
+
+
+def test_image_batch_shapes(images_index: DatasetIndex) -> None:
+    batch = _decode(_job(images_index, "image", IMAGE_ARGS), 0, [0, 1, 2, 3])
+    assert batch.arrays["image"].shape == (4, 3, 16, 16)
+    assert batch.arrays["image"].dtype == np.uint8
+    np.testing.assert_array_equal(batch.arrays["label"], [0, 1, 2, 3])
+    np.testing.assert_array_equal(batch.arrays["idx"], [0, 1, 2, 3])
+
+
+def test_augmentation_depends_on_seed_epoch_index_only(images_index: DatasetIndex) -> None:
+    job = _job(images_index, "image", IMAGE_ARGS)
+    a = _decode(job, 4, [0, 1, 2, 3, 6, 7, 8])
+    b = _decode(job, 4, [8, 3, 11, 0])  # other composition, other order, other reader
+    for i in (0, 3, 8):
+        pos_a, pos_b = [0, 1, 2, 3, 6, 7, 8].index(i), [8, 3, 11, 0].index(i)
+        np.testing.assert_array_equal(a.arrays["image"][pos_a], b.arrays["image"][pos_b])
+
+
+def test_augmentation_changes_with_epoch_and_seed(images_index: DatasetIndex) -> None:
+    indices = [0, 1, 2, 3, 6, 7, 8, 9, 10, 11]
+    e0 = _decode(_job(images_index, "image", IMAGE_ARGS), 0, indices).arrays["image"]
+    e1 = _decode(_job(images_index, "image", IMAGE_ARGS), 1, indices).arrays["image"]
+    s9 = _decode(_job(images_index, "image", IMAGE_ARGS, seed=9), 0, indices).arrays["image"]
+    assert not np.array_equal(e0, e1)
+    assert not np.array_equal(e0, s9)
+
+
+def test_corrupt_sample_fails_naming_file_and_row(images_index: DatasetIndex) -> None:
+    with pytest.raises(CorruptSample) as info:
+        _decode(_job(images_index, "image", IMAGE_ARGS), 0, [0, 12])
+    message = str(info.value)
+    assert "sample 12" in message
+    assert "row 6 of" in message  # shard 1 starts at global index 6
+    assert "img-00001.parquet" in message
+
+
+def test_skip_replaces_with_the_next_clean_sample(images_index: DatasetIndex) -> None:
+    job = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip")
+    batch = _decode(job, 2, [1, 4, 12, 3])
+    assert batch.replaced == 2
+    np.testing.assert_array_equal(batch.indices, [1, 6, 0, 3])  # 4,5 corrupt -> 6; 12 wraps -> 0
+    np.testing.assert_array_equal(batch.arrays["idx"], [1, 6, 0, 3])
+    direct = _decode(job, 2, [6, 0])
+    np.testing.assert_array_equal(batch.arrays["image"][1:3], direct.arrays["image"])
+    again = _decode(job, 2, [1, 4, 12, 3])
+    np.testing.assert_array_equal(batch.arrays["image"], again.arrays["image"])
+
+
+def test_skip_gives_up_when_no_sample_can_replace(tmp_path: Path) -> None:
+    write_images(str(tmp_path), [3], corrupt=(0, 1, 2))
+    job = _job(index_dataset((str(tmp_path),)), "image", IMAGE_ARGS, on_corrupt="skip")
+    with pytest.raises(CorruptSample, match=r"sample 1 .*none of the next"):
+        _decode(job, 0, [1])
+
+
+def test_check_job_schema(columns_index: DatasetIndex, images_index: DatasetIndex) -> None:
+    check_job_schema(columns_index.schema, None)
+    image = build_transform("image", IMAGE_ARGS, ())
+    check_job_schema(images_index.schema, image)
+    with pytest.raises(InvalidJobSpec, match="image"):
+        check_job_schema(images_index.schema, None)  # binary column without a transform
+    with pytest.raises(InvalidJobSpec, match="image"):
+        check_job_schema(columns_index.schema, image)

@@ -1,0 +1,81 @@
+"""No transform: numeric columns to batch arrays; non-numeric columns and nulls refused."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from shardstream.proto.errors import CorruptSample, InvalidJobSpec
+from shardstream.service.transforms.columns import check_schema, column_to_array, table_to_arrays
+
+
+@pytest.mark.parametrize("kind", [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(),
+                                  pa.float16(), pa.float32(), pa.float64(), pa.bool_()])
+def test_scalar_columns_keep_their_dtype(kind: pa.DataType) -> None:
+    values = np.array([1, 0, 1]).astype(kind.to_pandas_dtype())
+    array = column_to_array("c", pa.chunked_array([pa.array(values, kind)]))
+    assert array.shape == (3,)
+    assert array.dtype == kind.to_pandas_dtype()
+    np.testing.assert_array_equal(array, [1, 0, 1])
+
+
+def test_fixed_size_lists_become_two_dimensional() -> None:
+    flat = pa.array(np.arange(12, dtype=np.int16))
+    column = pa.chunked_array([pa.FixedSizeListArray.from_arrays(flat, 4)])
+    array = column_to_array("v", column)
+    assert array.shape == (3, 4)
+    assert array.dtype == np.int16
+    np.testing.assert_array_equal(array, np.arange(12).reshape(3, 4))
+
+
+def test_chunked_and_sliced_columns() -> None:
+    lists = pa.FixedSizeListArray.from_arrays(pa.array(np.arange(10, dtype=np.float32)), 2)
+    column = pa.chunked_array([lists.slice(1, 2), lists.slice(4, 1)])
+    np.testing.assert_array_equal(column_to_array("v", column), [[2, 3], [4, 5], [8, 9]])
+    scalars = pa.chunked_array([pa.array([1, 2]), pa.array([3])])
+    np.testing.assert_array_equal(column_to_array("s", scalars), [1, 2, 3])
+
+
+def test_empty_column() -> None:
+    lists = pa.FixedSizeListArray.from_arrays(pa.array([], pa.float32()), 3)
+    assert column_to_array("v", pa.chunked_array([lists])).shape == (0, 3)
+
+
+def test_table_to_arrays_keeps_column_names_and_order() -> None:
+    table = pa.table({"b": [1, 2], "a": [0.5, 1.5]})
+    arrays = table_to_arrays(table)
+    assert list(arrays) == ["b", "a"]
+    np.testing.assert_array_equal(arrays["a"], [0.5, 1.5])
+
+
+def test_nulls_are_corrupt_samples_naming_the_column() -> None:
+    with pytest.raises(CorruptSample, match="'label' has 2 null"):
+        column_to_array("label", pa.chunked_array([pa.array([1, None]), pa.array([None, 4])]))
+
+
+def test_null_lists_are_corrupt_samples() -> None:
+    lists = pa.FixedSizeListArray.from_arrays(pa.array([1, 2, 3, 4], pa.int32()), 2,
+                                              mask=pa.array([False, True]))
+    with pytest.raises(CorruptSample, match="'v'"):
+        column_to_array("v", pa.chunked_array([lists]))
+
+
+def test_null_inside_a_fixed_size_list_is_a_corrupt_sample() -> None:
+    lists = pa.FixedSizeListArray.from_arrays(pa.array([1, None, 3, 4], pa.int32()), 2)
+    with pytest.raises(CorruptSample, match="'v'"):
+        column_to_array("v", pa.chunked_array([lists]))
+
+
+def test_check_schema_accepts_numeric_columns() -> None:
+    check_schema(pa.schema([("a", pa.int64()), ("b", pa.bool_()), ("c", pa.float16()),
+                            ("d", pa.list_(pa.float32(), 3))]))
+
+
+@pytest.mark.parametrize("kind", [pa.string(), pa.binary(), pa.list_(pa.int64()),
+                                  pa.list_(pa.string(), 2), pa.timestamp("s"), pa.decimal128(5, 2),
+                                  pa.struct([("x", pa.int8())]), pa.list_(pa.list_(pa.int8(), 2), 2)])
+def test_check_schema_names_the_non_numeric_column(kind: pa.DataType) -> None:
+    schema = pa.schema([("ok", pa.int64()), ("bad_col", kind)])
+    with pytest.raises(InvalidJobSpec, match="'bad_col'"):
+        check_schema(schema)
