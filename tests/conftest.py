@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from shardstream.service.server import Service
 
 # Ray: no dashboard, no usage stats, quiet, small; tests must never reach the network.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -32,12 +36,17 @@ def local_ray() -> Iterator[None]:
 
 
 @pytest.fixture(scope="module")
-def service_address(local_ray: None) -> Iterator[str]:
-    """A running service (2 decode actors) on 127.0.0.1:<free port>."""
+def service(local_ray: None) -> Iterator[tuple[Service, str]]:
+    """A running service (2 decode actors, metrics on) on 127.0.0.1:<free port>, and its address."""
     from shardstream.service.config import ServiceConfig
     from shardstream.service.server import create_server
 
-    service, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5,
+    running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5, metrics_port=0,
                                                 allowed_transform_modules=("tests.transforms",)))
-    yield f"127.0.0.1:{port}"
-    service.stop(grace=1.0)
+    yield running, f"127.0.0.1:{port}"
+    running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="module")
+def service_address(service: tuple[Service, str]) -> str:
+    return service[1]

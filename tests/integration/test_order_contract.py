@@ -125,3 +125,13 @@ def test_breaking_out_mid_epoch_then_next_epoch(service_address: str, dataset: s
         loader.set_epoch(1)
         full = [b["idx"].tolist() for b in loader]
     assert full == oracle_batches(N, 1, 0, 2, True, 0, False, 1)
+
+
+def test_file_urls_and_lists_of_files(service_address: str, dataset: str) -> None:
+    """file:// URLs and an unsorted list of files give the same sorted-path order."""
+    import glob
+
+    files = sorted(glob.glob(f"{dataset}/*.parquet"))
+    as_urls = [f"file://{path}" for path in reversed(files)]
+    got = rank_batches(service_address, as_urls, 2, 1, 0, batch_size=4, seed=4)
+    assert got == oracle_batches(N, 2, 1, 4, True, 4, False, 0)

@@ -42,6 +42,7 @@ class DecodedBatch:
     arrays: dict[str, np.ndarray]
     indices: np.ndarray  # the sample indices actually in the batch, in order
     replaced: int = 0
+    decode_seconds: float = 0.0
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:

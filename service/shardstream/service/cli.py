@@ -28,6 +28,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--allow-transform-module", action="append", dest="allowed_transform_modules",
                        metavar="PREFIX", help="import-path prefix user transforms may come from (repeatable)")
     serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
+    serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port (0: any free)")
     serve.add_argument("--port-file", help="write the bound port here once serving")
 
     status = commands.add_parser("status", help="show decoders and jobs of a running service")
@@ -46,7 +47,8 @@ def _serve(args: argparse.Namespace) -> int:
     from shardstream.service.server import create_server
 
     overrides = {k: getattr(args, k) for k in (
-        "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch")}
+        "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
+        "metrics_port")}
     if args.allowed_transform_modules:
         overrides["allowed_transform_modules"] = tuple(args.allowed_transform_modules)
     config = ServiceConfig.load(overrides)

@@ -29,6 +29,7 @@ class ServiceConfig:
     max_message_bytes: int = 1 << 30
     grpc_workers: int = 64  # concurrent RPCs, each stream holds one
     object_store_memory: int | None = None  # embedded Ray only
+    metrics_port: int | None = None  # Prometheus /metrics over HTTP; None: off, 0: any free port
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -41,6 +42,8 @@ class ServiceConfig:
             raise ValueError("default_prefetch must be between 1 and max_prefetch")
         if self.decode_timeout_s <= 0:
             raise ValueError("decode_timeout_s must be > 0")
+        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
+            raise ValueError(f"metrics_port must be 0..65535, got {self.metrics_port}")
         if self.grpc_workers < 2:
             raise ValueError("grpc_workers must be >= 2")
 

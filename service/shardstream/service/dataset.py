@@ -17,6 +17,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from tqdm import tqdm
 
 from shardstream.proto.errors import (
     DatasetNotFound,
@@ -117,7 +118,9 @@ def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (),
     urls = resolve_urls(dataset)
     log.info("indexing %d shard(s) of %s", len(urls), list(dataset))
     with ThreadPoolExecutor(max_workers=min(max_workers, len(urls))) as pool:
-        results = list(pool.map(read_shard, urls))
+        # A bar only on a terminal (disable=None), for datasets with many shards.
+        results = list(tqdm(pool.map(read_shard, urls), total=len(urls), desc="indexing shards",
+                            unit="shard", disable=None if len(urls) >= 64 else True, leave=False))
     shards = tuple(shard for shard, _ in results)
     schemas = [_select(schema.remove_metadata(), columns, url) for (_, schema), url in zip(results, urls, strict=True)]
     first = schemas[0]

@@ -9,6 +9,7 @@ what the client sees.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,10 @@ class DecodeWorker:
             entry = self._jobs[job_id] = (job, reader, transform)
             log.info("decode worker opened job %s", job_id)
         job, reader, transform = entry
-        return decode_batch(job, reader, transform, epoch, indices)
+        started = time.perf_counter()
+        batch = decode_batch(job, reader, transform, epoch, indices)
+        batch.decode_seconds = time.perf_counter() - started
+        return batch
 
     def forget(self, job_id: str) -> None:
         self._jobs.pop(job_id, None)

@@ -44,6 +44,7 @@ class Job:
     sampling: SamplingSpec
     decode: DecodeJob
     counters: JobCounters = field(default_factory=JobCounters)
+    _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
     _plans: OrderedDict[int, EpochPlan] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -56,6 +57,15 @@ class Job:
                     self._plans.popitem(last=False)
             self._plans.move_to_end(epoch)
         return plan
+
+    def advance(self, rank: int, epoch: int, step: int) -> None:
+        """Record that `rank` was served batch `step` of `epoch` (for lag metrics)."""
+        with self._lock:
+            self._positions[rank] = epoch * self.sampling.batches_per_rank + step + 1
+
+    def rank_positions(self) -> dict[int, int]:
+        with self._lock:
+            return dict(self._positions)
 
     def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0,
               streams: int = 0) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from concurrent import futures
 from dataclasses import dataclass
+from wsgiref.simple_server import WSGIServer
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -16,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
 from shardstream.service.jobs import JobRegistry
+from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
 from shardstream.service.servicer import LoaderServicer
 
@@ -42,10 +44,19 @@ class Service:
     pool: DecodePool
     registry: JobRegistry
     health: health.HealthServicer
+    metrics: ServiceMetrics
+    metrics_server: WSGIServer | None = None
+
+    @property
+    def metrics_port(self) -> int | None:
+        return self.metrics_server.server_port if self.metrics_server else None
 
     def stop(self, grace: float = 5.0) -> None:
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
+        if self.metrics_server is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
         self.pool.shutdown()
         log.info("service stopped")
 
@@ -59,7 +70,8 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),
         options=grpc_options(config.max_message_bytes),
     )
-    pb_grpc.add_LoaderServicer_to_server(LoaderServicer(config, registry, pool), server)
+    metrics = ServiceMetrics(registry, pool)
+    pb_grpc.add_LoaderServicer_to_server(LoaderServicer(config, registry, pool, metrics), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port(config.address)
@@ -68,8 +80,11 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     server.start()
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
+    metrics_server = metrics.serve_http(config.host, config.metrics_port) if config.metrics_port is not None else None
     log.info("shardstream serving on %s:%d with %d decode actor(s)", config.host, port, pool.size)
-    return Service(server=server, pool=pool, registry=registry, health=health_servicer), port
+    service = Service(server=server, pool=pool, registry=registry, health=health_servicer,
+                      metrics=metrics, metrics_server=metrics_server)
+    return service, port
 
 
 __all__ = ["SERVICE_NAME", "Service", "create_server", "grpc_options"]

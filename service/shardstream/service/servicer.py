@@ -22,6 +22,7 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
 from shardstream.service.jobs import Job, JobRegistry
+from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
 from shardstream.service.spec import JobSpec
 from shardstream.service.streaming import stream_batches
@@ -31,7 +32,8 @@ log = logging.getLogger(__name__)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _abort(context: grpc.ServicerContext, exc: BaseException) -> NoReturn:
+def _abort(context: grpc.ServicerContext, exc: BaseException, metrics: ServiceMetrics) -> NoReturn:
+    metrics.errors.labels(exc.code.name if isinstance(exc, ShardstreamError) else "INTERNAL").inc()
     if isinstance(exc, ShardstreamError):
         context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
         context.abort(exc.code, str(exc))
@@ -46,7 +48,7 @@ def unary_boundary(method: F) -> F:
         try:
             return method(self, request, context)
         except Exception as exc:
-            return _abort(context, exc)
+            return _abort(context, exc, self.metrics)
 
     return wrapper  # type: ignore[return-value]
 
@@ -57,7 +59,7 @@ def stream_boundary(method: F) -> F:
         try:
             yield from method(self, request, context)
         except Exception as exc:
-            _abort(context, exc)
+            _abort(context, exc, self.metrics)
 
     return wrapper  # type: ignore[return-value]
 
@@ -71,10 +73,12 @@ def _check_version(version: int) -> None:
 
 
 class LoaderServicer(pb_grpc.LoaderServicer):
-    def __init__(self, config: ServiceConfig, registry: JobRegistry, pool: DecodePool) -> None:
+    def __init__(self, config: ServiceConfig, registry: JobRegistry, pool: DecodePool,
+                 metrics: ServiceMetrics) -> None:
         self.config = config
         self.registry = registry
         self.pool = pool
+        self.metrics = metrics
         self.started = time.monotonic()
 
     @unary_boundary
@@ -108,7 +112,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         job = self.registry.get(request.job_id)
         prefetch = min(request.prefetch or self.config.default_prefetch, self.config.max_prefetch)
         yield from stream_batches(job, self.pool, request.epoch, request.rank, request.start_step,
-                                  prefetch, self.config.decode_timeout_s, context.is_active)
+                                  prefetch, self.config.decode_timeout_s, self.metrics)
 
 
 def _job_status(job: Job) -> pb.JobStatus:

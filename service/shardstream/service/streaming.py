@@ -8,8 +8,10 @@ actor finishes first. Every wait has a deadline.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
+from typing import Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, RayTaskError
@@ -24,9 +26,15 @@ from shardstream.service.pool import DecodePool
 log = logging.getLogger(__name__)
 
 
+class StreamObserver(Protocol):
+    """Where a stream reports its latencies (the service's metrics)."""
+
+    def batch_taken(self, wait_s: float, decode_s: float) -> None: ...
+
+
 def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step: int,
                    prefetch: int, decode_timeout_s: float,
-                   is_active: Callable[[], bool] = lambda: True) -> Iterator[pb.Batch]:
+                   observer: StreamObserver | None = None) -> Iterator[pb.Batch]:
     steps = job.sampling.batches_per_rank
     if epoch < 0:
         raise InvalidJobSpec(f"epoch must be >= 0, got {epoch}")
@@ -46,16 +54,18 @@ def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step
                 pending.append((next_step, ref, slot))
                 next_step += 1
             step, ref, slot = pending.popleft()
+            waited = time.perf_counter()
             try:
                 decoded = _take(ref, decode_timeout_s, job, epoch, rank, step)
             finally:
                 pool.done(slot)
+            if observer is not None:
+                observer.batch_taken(time.perf_counter() - waited, decoded.decode_seconds)
             message = _to_message(decoded, epoch, rank, step)
             job.count(batches=1, samples=len(decoded.indices), nbytes=decoded.nbytes,
                       replaced=decoded.replaced)
+            job.advance(rank, epoch, step)
             yield message
-            if not is_active():
-                break
     finally:
         job.count(streams=-1)
         for _, _, slot in pending:
@@ -90,4 +100,4 @@ def _to_message(decoded: DecodedBatch, epoch: int, rank: int, step: int) -> pb.B
     )
 
 
-__all__ = ["stream_batches"]
+__all__ = ["StreamObserver", "stream_batches"]

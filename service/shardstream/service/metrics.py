@@ -1,0 +1,102 @@
+"""Prometheus metrics: throughput, bytes, queue depth, per-rank lag, decode latency, errors.
+
+Counters that the job registry already keeps (batches, samples, bytes,
+replaced samples) are read at scrape time by a collector instead of being
+counted twice; only latencies and errors are recorded as they happen.
+Each service has its own registry, so several services in one process
+(tests) never collide.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from typing import Any
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from shardstream.service.jobs import JobRegistry
+from shardstream.service.pool import DecodePool
+
+log = logging.getLogger(__name__)
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class ServiceMetrics:
+    def __init__(self, registry: JobRegistry, pool: DecodePool) -> None:
+        self.prometheus = CollectorRegistry()
+        self.decode_seconds = Histogram(
+            "shardstream_decode_seconds", "Time a decode actor spent producing one batch",
+            buckets=LATENCY_BUCKETS, registry=self.prometheus)
+        self.wait_seconds = Histogram(
+            "shardstream_stream_wait_seconds", "Time a stream waited for its next decoded batch",
+            buckets=LATENCY_BUCKETS, registry=self.prometheus)
+        self.errors = Counter(
+            "shardstream_errors", "RPCs that ended in an error, by gRPC status code", ["code"],
+            registry=self.prometheus)
+        self.prometheus.register(_StateCollector(registry, pool))
+
+    def batch_taken(self, wait_s: float, decode_s: float) -> None:
+        self.wait_seconds.observe(wait_s)
+        self.decode_seconds.observe(decode_s)
+
+    def serve_http(self, host: str, port: int) -> WSGIServer:
+        server, _thread = start_http_server(port, addr=host, registry=self.prometheus)
+        log.info("metrics on http://%s:%d/metrics", host, server.server_port)
+        return server
+
+
+class _StateCollector(Collector):
+    """Reads job counters, rank progress and decoder queues at scrape time."""
+
+    def __init__(self, registry: JobRegistry, pool: DecodePool) -> None:
+        self.registry = registry
+        self.pool = pool
+
+    def collect(self) -> Iterator[Metric]:
+        counters: dict[str, Any] = {
+            name: CounterMetricFamily(f"shardstream_{name}", help_text, labels=["job"])
+            for name, help_text in (
+                ("batches_served", "Batches streamed to clients"),
+                ("samples_served", "Samples streamed to clients"),
+                ("bytes_served", "Tensor bytes streamed to clients"),
+                ("samples_replaced", "Corrupt samples replaced under on_corrupt=skip"),
+            )
+        }
+        streams = GaugeMetricFamily("shardstream_active_streams", "Open batch streams", labels=["job"])
+        position = GaugeMetricFamily("shardstream_rank_position_batches",
+                                     "Batches served to a rank so far (epoch * batches_per_rank + step + 1)",
+                                     labels=["job", "rank"])
+        lag = GaugeMetricFamily("shardstream_rank_lag_batches",
+                                "Batches a rank is behind its job's furthest rank", labels=["job", "rank"])
+        for job in self.registry.all():
+            c = job.counters
+            for name, family in counters.items():
+                family.add_metric([job.name], getattr(c, name))
+            streams.add_metric([job.name], c.active_streams)
+            positions = job.rank_positions()
+            furthest = max(positions.values(), default=0)
+            for rank, served in sorted(positions.items()):
+                position.add_metric([job.name, str(rank)], served)
+                lag.add_metric([job.name, str(rank)], furthest - served)
+        yield from counters.values()
+        yield from (streams, position, lag)
+        status = self.pool.status()
+        decoders = GaugeMetricFamily("shardstream_decoders", "Decode actors in the pool")
+        decoders.add_metric([], len(status))
+        depth = GaugeMetricFamily("shardstream_decode_queue_depth",
+                                  "Batches submitted to decode actors and not yet taken, by node",
+                                  labels=["node"])
+        per_node: dict[str, int] = {}
+        for node, in_flight in status:
+            per_node[node] = per_node.get(node, 0) + in_flight
+        for node, in_flight in sorted(per_node.items()):
+            depth.add_metric([node], in_flight)
+        yield from (decoders, depth)
+
+
+__all__ = ["ServiceMetrics"]
