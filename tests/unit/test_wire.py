@@ -1,4 +1,4 @@
-"""Tensors on the wire: encode_array/decode_array round trips and refusals."""
+"""Hand-framed Batch messages: round trips, and conformance with the official protobuf runtime."""
 
 from __future__ import annotations
 
@@ -6,11 +6,13 @@ from collections.abc import Callable
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import WIRE_DTYPES, decode_array, encode_array
+from shardstream.proto.wire import WIRE_DTYPES, WireError, encode_batch, parse_batch
 
-SHAPES = [(0,), (5,), (2, 3), (3, 0, 2), (2, 1, 4, 3)]
+SHAPES = [(), (0,), (5,), (2, 3), (3, 0, 2), (2, 1, 4, 3)]
 
 
 def _values(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
@@ -18,18 +20,17 @@ def _values(dtype: str, shape: tuple[int, ...]) -> np.ndarray:
     if dtype == "bool":
         return rng.integers(0, 2, size=shape).astype(bool)
     if dtype.startswith("float"):
-        return rng.standard_normal(shape).astype(dtype) * 100
+        return (rng.standard_normal(shape) * 100).astype(dtype)
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max, size=shape, endpoint=True, dtype=dtype)
 
 
 def _round_trip(array: np.ndarray) -> np.ndarray:
-    tensor = encode_array("t", array)
-    # Through the serialized message, as on the real wire.
-    return decode_array(pb.Tensor.FromString(tensor.SerializeToString()))
+    view = parse_batch(encode_batch(0, 0, 0, {"t": array}, np.array([], np.int64)))
+    return view.tensors[0].array()
 
 
-@pytest.mark.parametrize("dtype", sorted(WIRE_DTYPES))
+@pytest.mark.parametrize("dtype", WIRE_DTYPES)
 @pytest.mark.parametrize("shape", SHAPES, ids=str)
 def test_round_trip(dtype: str, shape: tuple[int, ...]) -> None:
     array = _values(dtype, shape)
@@ -39,10 +40,43 @@ def test_round_trip(dtype: str, shape: tuple[int, ...]) -> None:
     np.testing.assert_array_equal(back, array)
 
 
-def test_message_fields() -> None:
-    tensor = encode_array("pixels", np.zeros((2, 3), np.uint8))
-    assert (tensor.name, tensor.dtype, list(tensor.shape)) == ("pixels", "uint8", [2, 3])
-    assert tensor.data == bytes(6)
+@pytest.mark.parametrize("dtype", WIRE_DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_official_protobuf_reads_what_we_frame(dtype: str, shape: tuple[int, ...]) -> None:
+    array = _values(dtype, shape)
+    message = pb.Batch.FromString(encode_batch(3, 1, 9, {"t": array, "label": np.arange(2)},
+                                               np.array([7, 2**40, 0]), 2))
+    assert (message.epoch, message.rank, message.step, message.replaced_samples) == (3, 1, 9, 2)
+    assert list(message.sample_indices) == [7, 2**40, 0]
+    tensor = message.tensors[0]
+    assert (tensor.name, tensor.dtype, tuple(tensor.shape)) == ("t", dtype, shape)
+    assert tensor.data == array.astype(array.dtype.newbyteorder("<")).tobytes()
+    assert message.tensors[1].name == "label"
+
+
+@settings(max_examples=100, deadline=None, database=None)
+@given(epoch=st.integers(0, 2**62), rank=st.integers(0, 2**31 - 1), step=st.integers(0, 2**62),
+       indices=st.lists(st.integers(0, 2**62), max_size=50), replaced=st.integers(0, 2**31 - 1),
+       names=st.lists(st.text(min_size=1, max_size=8), unique=True, max_size=4))
+def test_we_read_what_the_official_protobuf_writes(epoch: int, rank: int, step: int, indices: list[int],
+                                                   replaced: int, names: list[str]) -> None:
+    tensors = [pb.Tensor(name=n, dtype="uint8", shape=[len(n)], data=n.encode()[: len(n)].ljust(len(n), b"x"))
+               for n in names]
+    official = pb.Batch(epoch=epoch, rank=rank, step=step, tensors=tensors, sample_indices=indices,
+                        replaced_samples=replaced).SerializeToString()
+    view = parse_batch(official)
+    assert (view.epoch, view.rank, view.step, view.replaced_samples) == (epoch, rank, step, replaced)
+    assert list(view.sample_indices) == indices
+    assert [(t.name, t.shape, bytes(t.data)) for t in view.tensors] == [
+        (t.name, tuple(t.shape), t.data) for t in tensors]
+
+
+def test_unknown_fields_are_skipped() -> None:
+    """A newer service may add fields; this client must still read the ones it knows."""
+    known = encode_batch(1, 0, 4, {"x": np.arange(3, dtype=np.int32)}, np.array([1, 2, 3]))
+    unknown = bytes([(15 << 3) | 0, 5]) + bytes([(14 << 3) | 2, 2]) + b"hi"  # varint field 15, bytes field 14
+    view = parse_batch(known + unknown)
+    assert view.step == 4 and view.tensors[0].array().tolist() == [0, 1, 2]
 
 
 def test_extremes_survive() -> None:
@@ -57,8 +91,7 @@ def test_extremes_survive() -> None:
     lambda a: np.asfortranarray(a),
 ], ids=["transposed", "strided", "reversed", "fortran"])
 def test_non_contiguous_input(view: Callable[[np.ndarray], np.ndarray]) -> None:
-    base = np.arange(48, dtype=np.int32).reshape(6, 8)
-    array = view(base)
+    array = view(np.arange(48, dtype=np.int32).reshape(6, 8))
     back = _round_trip(array)
     assert back.shape == array.shape
     np.testing.assert_array_equal(back, array)
@@ -66,36 +99,39 @@ def test_non_contiguous_input(view: Callable[[np.ndarray], np.ndarray]) -> None:
 
 def test_big_endian_input_is_sent_little_endian() -> None:
     array = np.arange(6, dtype=">i4").reshape(2, 3)
-    tensor = encode_array("t", array)
-    assert tensor.dtype == "int32"
-    assert tensor.data == np.arange(6, dtype="<i4").tobytes()
-    np.testing.assert_array_equal(decode_array(tensor), array)
+    message = pb.Batch.FromString(encode_batch(0, 0, 0, {"t": array}, np.array([], np.int64)))
+    assert message.tensors[0].dtype == "int32"
+    assert message.tensors[0].data == np.arange(6, dtype="<i4").tobytes()
 
 
-def test_decoded_array_is_read_only() -> None:
-    back = decode_array(encode_array("t", np.arange(3, dtype=np.int64)))
+def test_parsed_tensor_is_a_read_only_view_without_copy() -> None:
+    raw = encode_batch(0, 0, 0, {"t": np.arange(3, dtype=np.int64)}, np.array([], np.int64))
+    back = parse_batch(raw).tensors[0].array()
     assert not back.flags.writeable
+    assert not back.flags.owndata
 
 
 @pytest.mark.parametrize("dtype", [object, np.complex64, np.complex128, np.uint16, np.uint32,
                                    np.uint64, "U3", "datetime64[s]"], ids=str)
 def test_unsupported_dtypes_are_refused_on_encode(dtype: object) -> None:
     with pytest.raises(TypeError, match="'bad'"):
-        encode_array("bad", np.zeros(2, dtype=dtype))  # type: ignore[call-overload]
+        encode_batch(0, 0, 0, {"bad": np.zeros(2, dtype=dtype)}, np.array([], np.int64))  # type: ignore[call-overload]
 
 
-def test_unknown_dtype_is_refused_on_decode() -> None:
-    with pytest.raises(TypeError, match="complex64"):
-        decode_array(pb.Tensor(name="t", dtype="complex64", shape=[1], data=bytes(8)))
+def test_unknown_dtype_is_refused_on_read() -> None:
+    raw = pb.Batch(tensors=[pb.Tensor(name="t", dtype="complex64", shape=[1], data=bytes(8))]).SerializeToString()
+    with pytest.raises(WireError, match="complex64"):
+        parse_batch(raw).tensors[0].array()
 
 
 def test_shape_that_does_not_match_the_bytes_is_refused() -> None:
-    with pytest.raises(ValueError):
-        decode_array(pb.Tensor(name="t", dtype="int32", shape=[3], data=bytes(8)))
+    raw = pb.Batch(tensors=[pb.Tensor(name="t", dtype="int32", shape=[3], data=bytes(8))]).SerializeToString()
+    with pytest.raises(WireError, match="needs 12 bytes, got 8"):
+        parse_batch(raw).tensors[0].array()
 
 
-def test_zero_dimensional_round_trip() -> None:
-    array = np.array(1.5, dtype=np.float32)
-    back = _round_trip(array)
-    assert back.shape == ()
-    np.testing.assert_array_equal(back, array)
+@pytest.mark.parametrize("cut", [1, 5, 40])
+def test_truncated_message_is_refused(cut: int) -> None:
+    raw = encode_batch(1, 0, 2, {"t": np.arange(10, dtype=np.int64)}, np.arange(4))
+    with pytest.raises(WireError):
+        parse_batch(raw[:-cut])

@@ -27,7 +27,7 @@ import torch
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.prefetcher import StreamPrefetcher
 from shardstream.client.tensors import batch_to_tensors, pin_available
-from shardstream.proto import PROTOCOL_VERSION
+from shardstream.proto import PROTOCOL_VERSION, STREAM_BATCHES_METHOD
 from shardstream.proto.errors import (
     InvalidJobSpec,
     ServiceUnavailable,
@@ -36,6 +36,7 @@ from shardstream.proto.errors import (
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.proto.wire import parse_batch
 
 log = logging.getLogger(__name__)
 
@@ -55,7 +56,10 @@ class RemoteLoader:
         columns: the columns to load (default: all).
         rank, world_size: default to torch.distributed, else RANK/WORLD_SIZE, else 0/1.
         pin_memory: ``"auto"`` pins when CUDA is available; ``False`` never pins.
-        prefetch: batches fetched ahead of the training loop (and decoded ahead on the service).
+        prefetch: batches fetched ahead of the training loop (and decoded ahead on the service),
+            counting the batch the loop is working on.
+        prefetch_bytes: the most bytes of batches received or in flight and not yet consumed by
+            the loop (the memory prefetching may use); None takes the service's default.
         on_corrupt: ``"fail"`` (default) or ``"skip"`` (replace deterministically, count).
         job_name: ranks of one job share it; defaults to SHARDSTREAM_JOB_NAME or torchrun's run id.
         timeout: seconds any single wait (a batch, the job opening) may take before
@@ -78,6 +82,7 @@ class RemoteLoader:
         world_size: int | None = None,
         pin_memory: bool | Literal["auto"] = "auto",
         prefetch: int = 4,
+        prefetch_bytes: int | None = None,
         on_corrupt: Literal["fail", "skip"] = "fail",
         job_name: str | None = None,
         timeout: float = 300.0,
@@ -85,11 +90,14 @@ class RemoteLoader:
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
+        if prefetch_bytes is not None and prefetch_bytes < 1:
+            raise InvalidJobSpec(f"prefetch_bytes must be >= 1, got {prefetch_bytes}")
         if on_corrupt not in _CORRUPT:
             raise InvalidJobSpec(f"on_corrupt must be 'fail' or 'skip', got {on_corrupt!r}")
         self.address = address
         self.rank, self.world_size = resolve_rank_world(rank, world_size)
         self.prefetch = prefetch
+        self.prefetch_bytes = prefetch_bytes or 0
         self.timeout = timeout
         self.pin_memory = self._resolve_pin(pin_memory)
         self.epoch: int | None = None  # the epoch of the current or last iteration
@@ -108,6 +116,10 @@ class RemoteLoader:
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
         ])
         self._stub = pb_grpc.LoaderStub(self._channel)
+        # Batches arrive hand-framed (wire.py): parsed without copying tensor data.
+        self._stream = self._channel.stream_stream(
+            STREAM_BATCHES_METHOD, request_serializer=pb.StreamControl.SerializeToString,
+            response_deserializer=parse_batch)
         try:
             grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
         except grpc.FutureTimeoutError:
@@ -169,13 +181,19 @@ class RemoteLoader:
         describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
         request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
                                           epoch=epoch, rank=self.rank, start_step=start_step,
-                                          prefetch=self.prefetch)
-        call = self._stub.StreamBatches(request)
-        prefetcher = StreamPrefetcher(call, lambda m: batch_to_tensors(m, self.pin_memory),
-                                      self.prefetch, self.timeout, describe)
+                                          prefetch=self.prefetch, window_bytes=self.prefetch_bytes)
+        prefetcher = StreamPrefetcher(self._stream, request, lambda m: batch_to_tensors(m, self.pin_memory),
+                                      self.timeout, describe)
         expected = start_step
+        received = iter(prefetcher)
         try:
-            for message, tensors in prefetcher:
+            while True:
+                if expected > start_step:
+                    prefetcher.credit(expected - 1)  # the loop asks for more: it is done with the last one
+                item = next(received, None)
+                if item is None:
+                    break
+                message, tensors = item
                 if message.step != expected or message.epoch != epoch:
                     raise ShardstreamError(
                         f"{describe}: expected batch {expected}, received epoch {message.epoch} "

@@ -1,9 +1,13 @@
-"""A background thread that drains one batch stream into a bounded queue.
+"""One batch stream: a background thread receives and converts, the loop dequeues and returns credit.
 
-The thread converts messages into (pinned) tensors off the training loop, so
-the loop only dequeues. Every wait has a deadline; errors travel through the
-queue and surface at the consumer as typed errors; ``close()`` cancels the
-RPC and the thread is a daemon, so it never keeps a process alive.
+The thread parses each message without copying and makes the single copy
+into (pinned) tensors off the training loop. The service never has more than
+the stream's window (batches and bytes) sent and not yet consumed, so the
+queue here is bounded by that window. Credit for a batch goes back when the
+loop asks for the next one, so the window also covers the batch in the
+loop's hands. Every wait has a deadline; errors surface as typed errors;
+``close()`` ends the request stream, cancels the RPC and joins the thread
+(a daemon, so it never keeps a process alive).
 """
 
 from __future__ import annotations
@@ -13,16 +17,18 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import grpc
 import torch
 
 from shardstream.proto.errors import DeadlineExceeded, ShardstreamError, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.wire import BatchView
 
 log = logging.getLogger(__name__)
 
-_POLL_S = 0.1
+Converted = tuple[BatchView, dict[str, torch.Tensor]]
 
 
 @dataclass
@@ -31,46 +37,47 @@ class _End:
 
 
 class StreamPrefetcher:
-    def __init__(self, call: grpc.Call, convert: Callable[[pb.Batch], dict[str, torch.Tensor]],
-                 depth: int, timeout_s: float, describe: str) -> None:
-        self._call = call
+    def __init__(self, stream: Callable[[Iterator[pb.StreamControl]], Any], open_request: pb.StreamBatchesRequest,
+                 convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str) -> None:
+        self._controls: queue.Queue[pb.StreamControl | None] = queue.Queue()
+        self._controls.put(pb.StreamControl(open=open_request))
+        self._received: queue.Queue[Converted | _End] = queue.Queue()
         self._convert = convert
-        self._queue: queue.Queue[tuple[pb.Batch, dict[str, torch.Tensor]] | _End] = queue.Queue(depth)
         self._timeout_s = timeout_s
         self._describe = describe
         self._closed = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"shardstream-prefetch {describe}",
+        self._call = stream(self._control_messages())
+        self._thread = threading.Thread(target=self._receive, name=f"shardstream-prefetch {describe}",
                                         daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _control_messages(self) -> Iterator[pb.StreamControl]:
+        while True:
+            control = self._controls.get()
+            if control is None:
+                return
+            yield control
+
+    def _receive(self) -> None:
         end = _End()
         try:
-            for message in self._call:  # type: ignore[attr-defined]
-                item = (message, self._convert(message))
-                while not self._put(item):
-                    if self._closed.is_set():
-                        return
+            for view in self._call:
+                self._received.put((view, self._convert(view)))
         except grpc.RpcError as exc:
             if not self._closed.is_set():
                 end = _End(from_rpc_error(exc))
         except Exception as exc:
             end = _End(exc)
-        while not self._put(end):
-            if self._closed.is_set():
-                return
+        self._received.put(end)
 
-    def _put(self, item: tuple[pb.Batch, dict[str, torch.Tensor]] | _End) -> bool:
-        try:
-            self._queue.put(item, timeout=_POLL_S)
-            return True
-        except queue.Full:
-            return False
+    def credit(self, consumed_step: int) -> None:
+        """The loop has taken every batch up to and including `consumed_step`."""
+        self._controls.put(pb.StreamControl(credit=pb.Credit(consumed_step=consumed_step)))
 
-    def __iter__(self) -> Iterator[tuple[pb.Batch, dict[str, torch.Tensor]]]:
+    def __iter__(self) -> Iterator[Converted]:
         while True:
             try:
-                item = self._queue.get(timeout=self._timeout_s)
+                item = self._received.get(timeout=self._timeout_s)
             except queue.Empty:
                 raise DeadlineExceeded(
                     f"no batch for {self._describe} within {self._timeout_s:.0f} s "
@@ -86,6 +93,7 @@ class StreamPrefetcher:
 
     def close(self) -> None:
         self._closed.set()
+        self._controls.put(None)
         self._call.cancel()
         self._thread.join(timeout=5.0)
         if self._thread.is_alive():

@@ -11,8 +11,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import decode_array
+from shardstream.proto.wire import BatchView
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -27,13 +26,18 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 }
 
 
-def batch_to_tensors(batch: pb.Batch, pin: bool) -> dict[str, torch.Tensor]:
+def batch_to_tensors(batch: BatchView, pin: bool) -> dict[str, torch.Tensor]:
+    """The one copy: from the received message into tensor memory (pinned if `pin`).
+
+    Pinned tensors come from torch's caching host allocator, which hands freed
+    pinned blocks out again, so steady-state batches reuse pinned buffers.
+    """
     out: dict[str, torch.Tensor] = {}
-    for message in batch.tensors:
-        source = decode_array(message)
-        tensor = torch.empty(source.shape, dtype=TORCH_DTYPES[message.dtype], pin_memory=pin)
+    for view in batch.tensors:
+        source = view.array()
+        tensor = torch.empty(source.shape, dtype=TORCH_DTYPES[view.dtype], pin_memory=pin)
         np.copyto(tensor.numpy(), source)
-        out[message.name] = tensor
+        out[view.name] = tensor
     return out
 
 

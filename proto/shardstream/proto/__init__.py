@@ -6,5 +6,9 @@
 """
 
 PROTOCOL_VERSION = 1
+SERVICE_NAME = "shardstream.v1.Loader"
+# StreamBatches is served and called with hand-framed Batch bytes (see wire.py),
+# so both sides name the method themselves instead of using the generated stub.
+STREAM_BATCHES_METHOD = f"/{SERVICE_NAME}/StreamBatches"
 
-__all__ = ["PROTOCOL_VERSION"]
+__all__ = ["PROTOCOL_VERSION", "SERVICE_NAME", "STREAM_BATCHES_METHOD"]

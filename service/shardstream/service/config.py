@@ -24,6 +24,7 @@ class ServiceConfig:
     allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
     default_prefetch: int = 4  # batches decoded ahead per stream
     max_prefetch: int = 64
+    default_window_bytes: int = 512 * 2**20  # bytes sent and not yet consumed, per stream
     decode_timeout_s: float = 300.0  # deadline for one batch's decode
     row_group_cache_bytes: int = 256 * 2**20  # per decode actor
     max_message_bytes: int = 1 << 30
@@ -40,6 +41,8 @@ class ServiceConfig:
             raise ValueError(f"decoder_cpus must be > 0, got {self.decoder_cpus}")
         if not 1 <= self.default_prefetch <= self.max_prefetch:
             raise ValueError("default_prefetch must be between 1 and max_prefetch")
+        if self.default_window_bytes <= 0:
+            raise ValueError("default_window_bytes must be > 0")
         if self.decode_timeout_s <= 0:
             raise ValueError("decode_timeout_s must be > 0")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:

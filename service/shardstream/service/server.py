@@ -14,7 +14,8 @@ from wsgiref.simple_server import WSGIServer
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.proto import SERVICE_NAME
+from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.config import ServiceConfig
 from shardstream.service.jobs import JobRegistry
 from shardstream.service.metrics import ServiceMetrics
@@ -23,7 +24,6 @@ from shardstream.service.servicer import LoaderServicer
 
 log = logging.getLogger(__name__)
 
-SERVICE_NAME = "shardstream.v1.Loader"
 ACTOR_START_TIMEOUT_S = 120.0
 
 
@@ -61,6 +61,21 @@ class Service:
         log.info("service stopped")
 
 
+def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
+    """The generated registration, except StreamBatches yields pre-framed bytes (no serializer)."""
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {
+        "OpenJob": grpc.unary_unary_rpc_method_handler(
+            servicer.OpenJob, request_deserializer=pb.OpenJobRequest.FromString,
+            response_serializer=pb.OpenJobResponse.SerializeToString),
+        "GetStatus": grpc.unary_unary_rpc_method_handler(
+            servicer.GetStatus, request_deserializer=pb.GetStatusRequest.FromString,
+            response_serializer=pb.ServiceStatus.SerializeToString),
+        "StreamBatches": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamBatches, request_deserializer=pb.StreamControl.FromString,
+            response_serializer=None),
+    })
+
+
 def create_server(config: ServiceConfig) -> tuple[Service, int]:
     """Start the service on an already-initialised Ray; returns the bound port."""
     pool = DecodePool(config.num_decoders, config.decoder_cpus, config.row_group_cache_bytes)
@@ -71,7 +86,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         options=grpc_options(config.max_message_bytes),
     )
     metrics = ServiceMetrics(registry, pool)
-    pb_grpc.add_LoaderServicer_to_server(LoaderServicer(config, registry, pool, metrics), server)
+    server.add_generic_rpc_handlers((_loader_handler(LoaderServicer(config, registry, pool, metrics)),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port(config.address)
@@ -87,4 +102,4 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     return service, port
 
 
-__all__ = ["SERVICE_NAME", "Service", "create_server", "grpc_options"]
+__all__ = ["Service", "create_server", "grpc_options"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, NoReturn, TypeVar
@@ -17,15 +18,21 @@ from typing import Any, NoReturn, TypeVar
 import grpc
 
 from shardstream.proto import PROTOCOL_VERSION
-from shardstream.proto.errors import ERROR_METADATA_KEY, ProtocolMismatch, ShardstreamError
+from shardstream.proto.errors import (
+    ERROR_METADATA_KEY,
+    InvalidJobSpec,
+    ProtocolMismatch,
+    ShardstreamError,
+)
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
+from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job, JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
 from shardstream.service.spec import JobSpec
-from shardstream.service.streaming import stream_batches
+from shardstream.service.streaming import check_stream, stream_batches
 
 log = logging.getLogger(__name__)
 
@@ -106,13 +113,41 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         )
 
     @stream_boundary
-    def StreamBatches(self, request: pb.StreamBatchesRequest,
-                      context: grpc.ServicerContext) -> Iterator[pb.Batch]:
+    def StreamBatches(self, requests: Iterator[pb.StreamControl],
+                      context: grpc.ServicerContext) -> Iterator[bytes]:
+        """Yields serialized Batch messages (framed in wire.py); reads credits on a side thread."""
+        first = next(requests, None)
+        if first is None or first.WhichOneof("kind") != "open":
+            raise InvalidJobSpec("a batch stream must start with an 'open' message")
+        request = first.open
         _check_version(request.protocol_version)
         job = self.registry.get(request.job_id)
+        check_stream(job, request.epoch, request.rank, request.start_step)
         prefetch = min(request.prefetch or self.config.default_prefetch, self.config.max_prefetch)
-        yield from stream_batches(job, self.pool, request.epoch, request.rank, request.start_step,
-                                  prefetch, self.config.decode_timeout_s, self.metrics)
+        window = CreditWindow(prefetch, request.window_bytes or self.config.default_window_bytes)
+        credits = threading.Thread(target=_read_credits, args=(requests, window, job, request),
+                                   name=f"shardstream-credits {job.job_id}/{request.rank}", daemon=True)
+        credits.start()
+        try:
+            yield from stream_batches(job, self.pool, request.epoch, request.rank, request.start_step,
+                                      prefetch, window, self.config.decode_timeout_s, context.is_active,
+                                      self.metrics)
+        finally:
+            window.close()
+
+
+def _read_credits(requests: Iterator[pb.StreamControl], window: CreditWindow, job: Job,
+                  request: pb.StreamBatchesRequest) -> None:
+    """Credits return window room and mark the rank's progress; ends with the RPC."""
+    try:
+        for control in requests:
+            if control.WhichOneof("kind") == "credit":
+                window.consume_through(control.credit.consumed_step)
+                job.advance(request.rank, request.epoch, control.credit.consumed_step)
+    except grpc.RpcError:
+        pass  # the client went away; the stream notices through context.is_active()
+    finally:
+        window.close()
 
 
 def _job_status(job: Job) -> pb.JobStatus:

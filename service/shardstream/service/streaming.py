@@ -1,8 +1,10 @@
-"""The data stream of one (job, epoch, rank): decode ahead, yield in step order.
+"""The data stream of one (job, epoch, rank): decode ahead, send in step order, within credit.
 
 Up to `prefetch` batches are being decoded at once for a stream; results are
 taken strictly in step order, so the order a rank sees never depends on which
-actor finishes first. Every wait has a deadline.
+actor finishes first. A batch is sent only when the client's credit window
+has room for it (see credits.py). Every wait has a deadline or ends with the
+stream.
 """
 
 from __future__ import annotations
@@ -10,16 +12,16 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Protocol
 
 import ray
 from ray.exceptions import GetTimeoutError, RayTaskError
 
 from shardstream.proto.errors import DeadlineExceeded, InvalidJobSpec, ShardstreamError
-from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import encode_array
+from shardstream.proto.wire import encode_batch
 from shardstream.service.batching import DecodedBatch
+from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job
 from shardstream.service.pool import DecodePool
 
@@ -32,9 +34,7 @@ class StreamObserver(Protocol):
     def batch_taken(self, wait_s: float, decode_s: float) -> None: ...
 
 
-def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step: int,
-                   prefetch: int, decode_timeout_s: float,
-                   observer: StreamObserver | None = None) -> Iterator[pb.Batch]:
+def check_stream(job: Job, epoch: int, rank: int, start_step: int) -> None:
     steps = job.sampling.batches_per_rank
     if epoch < 0:
         raise InvalidJobSpec(f"epoch must be >= 0, got {epoch}")
@@ -42,6 +42,14 @@ def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step
         raise InvalidJobSpec(f"rank {rank} is outside world_size {job.spec.world_size}")
     if not 0 <= start_step <= steps:
         raise InvalidJobSpec(f"start_step {start_step} is outside 0..{steps}")
+
+
+def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step: int,
+                   prefetch: int, window: CreditWindow, decode_timeout_s: float,
+                   is_active: Callable[[], bool], observer: StreamObserver | None = None) -> Iterator[bytes]:
+    """Serialized Batch messages, in step order, each sent only within credit."""
+    check_stream(job, epoch, rank, start_step)
+    steps = job.sampling.batches_per_rank
     plan = job.plan(epoch)
     pool.register(job.decode)
     pending: deque[tuple[int, ray.ObjectRef, int]] = deque()
@@ -61,11 +69,17 @@ def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step
                 pool.done(slot)
             if observer is not None:
                 observer.batch_taken(time.perf_counter() - waited, decoded.decode_seconds)
-            message = _to_message(decoded, epoch, rank, step)
-            job.count(batches=1, samples=len(decoded.indices), nbytes=decoded.nbytes,
-                      replaced=decoded.replaced)
-            job.advance(rank, epoch, step)
+            replaced = decoded.replaced
+            message = encode_batch(epoch, rank, step, decoded.arrays, decoded.indices, replaced)
+            del decoded  # release the shared-memory views before waiting for credit
+            if not window.acquire(step, len(message), is_active):
+                return
+            job.count(batches=1, samples=len(plan.batch_indices(rank, step)), nbytes=len(message),
+                      replaced=replaced)
             yield message
+        # End the stream only once the loop has taken the last batch, so the
+        # service knows the epoch reached the rank (and its position is exact).
+        window.wait_drained(is_active)
     finally:
         job.count(streams=-1)
         for _, _, slot in pending:
@@ -89,15 +103,4 @@ def _take(ref: ray.ObjectRef, timeout_s: float, job: Job, epoch: int, rank: int,
         raise
 
 
-def _to_message(decoded: DecodedBatch, epoch: int, rank: int, step: int) -> pb.Batch:
-    return pb.Batch(
-        epoch=epoch,
-        rank=rank,
-        step=step,
-        tensors=[encode_array(name, array) for name, array in decoded.arrays.items()],
-        sample_indices=decoded.indices.tolist(),
-        replaced_samples=decoded.replaced,
-    )
-
-
-__all__ = ["StreamObserver", "stream_batches"]
+__all__ = ["StreamObserver", "check_stream", "stream_batches"]

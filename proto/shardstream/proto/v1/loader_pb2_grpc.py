@@ -44,9 +44,9 @@ class LoaderStub:
                 request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ServiceStatus.FromString,
                 _registered_method=True)
-        self.StreamBatches = channel.unary_stream(
+        self.StreamBatches = channel.stream_stream(
                 '/shardstream.v1.Loader/StreamBatches',
-                request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamBatchesRequest.SerializeToString,
+                request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamControl.SerializeToString,
                 response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.FromString,
                 _registered_method=True)
 
@@ -70,8 +70,11 @@ class LoaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def StreamBatches(self, request, context):
+    def StreamBatches(self, request_iterator, context):
         """The batches of one rank in one epoch, in step order, from start_step.
+        The first client message opens the stream; later ones are credits: the
+        service keeps at most `prefetch` batches and `window_bytes` bytes sent
+        but not yet consumed by the training loop.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -90,9 +93,9 @@ def add_LoaderServicer_to_server(servicer, server):
                     request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetStatusRequest.FromString,
                     response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ServiceStatus.SerializeToString,
             ),
-            'StreamBatches': grpc.unary_stream_rpc_method_handler(
+            'StreamBatches': grpc.stream_stream_rpc_method_handler(
                     servicer.StreamBatches,
-                    request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamBatchesRequest.FromString,
+                    request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamControl.FromString,
                     response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.SerializeToString,
             ),
     }
@@ -161,7 +164,7 @@ class Loader:
             _registered_method=True)
 
     @staticmethod
-    def StreamBatches(request,
+    def StreamBatches(request_iterator,
             target,
             options=(),
             channel_credentials=None,
@@ -171,11 +174,11 @@ class Loader:
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_stream(
-            request,
+        return grpc.experimental.stream_stream(
+            request_iterator,
             target,
             '/shardstream.v1.Loader/StreamBatches',
-            shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamBatchesRequest.SerializeToString,
+            shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamControl.SerializeToString,
             shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.FromString,
             options,
             channel_credentials,

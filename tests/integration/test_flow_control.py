@@ -1,0 +1,91 @@
+"""Guarantee 6: the service never has more than the stream's window sent and not consumed."""
+
+from __future__ import annotations
+
+import queue
+import threading
+
+import grpc
+import pytest
+
+from shardstream.client import RemoteLoader
+from shardstream.proto import PROTOCOL_VERSION, STREAM_BATCHES_METHOD
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.wire import BatchView, parse_batch
+from tests.datasets import write_indexed
+
+FEATURES = 1000  # 4 KB per row of float32
+BATCH = 8        # ~32 KB per batch
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    directory = str(tmp_path_factory.mktemp("wide"))
+    write_indexed(directory, [200], features=FEATURES, row_group_size=50)
+    return directory
+
+
+def open_raw_stream(address: str, job_id: str, prefetch: int, window_bytes: int
+                    ) -> tuple[queue.Queue[pb.StreamControl | None], queue.Queue[BatchView], grpc.Channel]:
+    channel = grpc.insecure_channel(address)
+    controls: queue.Queue[pb.StreamControl | None] = queue.Queue()
+    controls.put(pb.StreamControl(open=pb.StreamBatchesRequest(
+        protocol_version=PROTOCOL_VERSION, job_id=job_id, epoch=0, rank=0, prefetch=prefetch,
+        window_bytes=window_bytes)))
+    received: queue.Queue[BatchView] = queue.Queue()
+
+    def requests():  # type: ignore[no-untyped-def]
+        while (item := controls.get()) is not None:
+            yield item
+
+    call = channel.stream_stream(STREAM_BATCHES_METHOD, request_serializer=pb.StreamControl.SerializeToString,
+                                 response_deserializer=parse_batch)(requests())
+
+    def pump() -> None:
+        try:
+            for view in call:
+                received.put(view)
+        except grpc.RpcError:
+            pass
+
+    threading.Thread(target=pump, daemon=True).start()
+    return controls, received, channel
+
+
+def drain(received: queue.Queue[BatchView], quiet_s: float = 1.5) -> list[BatchView]:
+    out = []
+    while True:
+        try:
+            out.append(received.get(timeout=quiet_s))
+        except queue.Empty:
+            return out
+
+
+@pytest.mark.parametrize(("prefetch", "window_batches"), [(3, 100), (50, 2)])
+def test_unconsumed_batches_and_bytes_stay_within_the_window(service_address: str, dataset: str,
+                                                            prefetch: int, window_batches: int) -> None:
+    loader = RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, shuffle=False, world_size=1,
+                          rank=0, job_name=f"window-{prefetch}")
+    batch_bytes = BATCH * (FEATURES * 4 + 8 + 4) + 200  # tensors plus framing, generously
+    window_bytes = window_batches * batch_bytes
+    controls, received, channel = open_raw_stream(service_address, loader.job.job_id, prefetch, window_bytes)
+    try:
+        limit = min(prefetch, window_batches)
+        first = drain(received)
+        assert len(first) == limit  # the service stops at the window, however long we wait
+        assert sum(v.nbytes for v in first) <= window_bytes
+        controls.put(pb.StreamControl(credit=pb.Credit(consumed_step=first[0].step)))
+        second = drain(received)
+        assert [v.step for v in second] == [limit]  # one credit, exactly one more batch
+    finally:
+        controls.put(None)
+        channel.close()
+        loader.close()
+
+
+def test_window_smaller_than_one_batch_is_a_clear_error(service_address: str, dataset: str) -> None:
+    from shardstream.client import InvalidJobSpec
+
+    with RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, world_size=1, rank=0,
+                      prefetch_bytes=1000) as loader, pytest.raises(InvalidJobSpec, match="prefetch_bytes"):
+        next(iter(loader))
