@@ -22,3 +22,20 @@ class Scaled:
 
 def scaled(**kwargs: Any) -> Scaled:
     return Scaled(**kwargs)
+
+
+class Slow:
+    """Plain columns, `delay_s` per sample: long enough epochs to inject faults into."""
+
+    def __init__(self, delay_s: float = 0.01) -> None:
+        self.delay_s = delay_s
+
+    def prepare(self, row: dict[str, Any]) -> dict[str, Any]:
+        import time
+
+        time.sleep(self.delay_s)
+        return {"idx": row["idx"]}
+
+
+def slow(**kwargs: Any) -> Slow:
+    return Slow(**kwargs)

@@ -9,6 +9,7 @@ what the client sees.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -49,7 +50,11 @@ class DecodeWorker:
         self._jobs.pop(job_id, None)
 
     def ping(self) -> str:
+        """The node this actor runs on (also the pool's readiness probe)."""
         return ray.get_runtime_context().get_node_id()
+
+    def pid(self) -> int:
+        return os.getpid()
 
 
 __all__ = ["DecodeWorker"]

@@ -96,7 +96,12 @@ class _StateCollector(Collector):
             per_node[node] = per_node.get(node, 0) + in_flight
         for node, in_flight in sorted(per_node.items()):
             depth.add_metric([node], in_flight)
-        yield from (decoders, depth)
+        lost = CounterMetricFamily("shardstream_decoders_lost", "Decode actors lost (killed, crashed, node gone)")
+        lost.add_metric([], self.pool.replaced_actors)
+        resubmitted = CounterMetricFamily("shardstream_batches_resubmitted",
+                                          "Batches decoded again because their actor died under them")
+        resubmitted.add_metric([], self.pool.resubmitted)
+        yield from (decoders, depth, lost, resubmitted)
 
 
 __all__ = ["ServiceMetrics"]

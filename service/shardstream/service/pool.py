@@ -1,22 +1,31 @@
-"""The decode pool: decode actors on the cluster's `decode` resource, least-loaded dispatch.
+"""The decode pool: decode actors that follow the cluster, least-loaded dispatch, failover.
 
-Actors restart when they die (``max_restarts=-1``) and Ray retries their
-in-flight tasks (``max_task_retries=-1``): decoding is pure, so a retried
-batch is byte-identical and no batch is lost or duplicated.
+Size: `num_decoders` when set, else one actor per unit of the cluster's
+`decode` resource, re-read every `reconcile_s`: when a node with `decode`
+resources joins, actors start there; when one leaves, its actors are dropped.
+
+Failover is the pool's, not Ray's (actors have no automatic restarts, which
+would park tasks on an actor that may never be placed again): when an actor
+dies (its process killed, its node lost), every batch it held is resubmitted
+to a live actor and a replacement is started. Decoding is pure, so a
+resubmitted batch is byte-identical, and the stream sends each step once.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import ray
+from ray.exceptions import GetTimeoutError, RayActorError
 
-from shardstream.proto.errors import ServiceUnavailable
-from shardstream.service.batching import DecodeJob
+from shardstream.proto.errors import DeadlineExceeded, ServiceUnavailable
+from shardstream.service.batching import DecodedBatch, DecodeJob
 from shardstream.service.decoder import DecodeWorker
 
 log = logging.getLogger(__name__)
@@ -24,79 +33,211 @@ log = logging.getLogger(__name__)
 DECODE_RESOURCE = "decode"
 
 
+class SlotState(enum.Enum):
+    STARTING = "starting"  # created, not yet answering
+    READY = "ready"
+    DEAD = "dead"
+
+
 @dataclass
 class _Slot:
     actor: Any  # ActorHandle[DecodeWorker]
+    probe: Any  # ObjectRef of the first ping: ready when the actor runs
+    state: SlotState = SlotState.STARTING
     in_flight: int = 0
     node_id: str = ""
 
 
+@dataclass
+class Ticket:
+    """One batch submitted for decoding; enough to submit it again elsewhere."""
+
+    job_id: str
+    epoch: int
+    indices: np.ndarray
+    ref: Any
+    slot: _Slot
+
+
 class DecodePool:
-    def __init__(self, num_decoders: int | None, decoder_cpus: float, cache_bytes: int) -> None:
-        available = int(ray.cluster_resources().get(DECODE_RESOURCE, 0))
-        count = num_decoders if num_decoders is not None else available
-        if count < 1:
+    def __init__(self, num_decoders: int | None, decoder_cpus: float, cache_bytes: int,
+                 reconcile_s: float = 1.0) -> None:
+        self._fixed = num_decoders
+        self._has_resource = DECODE_RESOURCE in ray.cluster_resources()
+        if num_decoders is None and not self._has_resource:
             raise ServiceUnavailable(
                 f"the Ray cluster has no '{DECODE_RESOURCE}' resource: start nodes with "
                 f"--resources='{{\"{DECODE_RESOURCE}\": N}}' or set num_decoders"
             )
-        actor_cls = ray.remote(DecodeWorker).options(  # type: ignore[attr-defined]
+        self._actor_cls = ray.remote(DecodeWorker).options(  # type: ignore[attr-defined]
             num_cpus=decoder_cpus,
-            resources={DECODE_RESOURCE: 1} if available else {},
-            max_restarts=-1,
-            max_task_retries=-1,
+            resources={DECODE_RESOURCE: 1} if self._has_resource else {},
+            max_restarts=0,
+            max_task_retries=0,
             scheduling_strategy="SPREAD",
         )
-        self._slots = [_Slot(actor_cls.remote(cache_bytes)) for _ in range(count)]
-        self._lock = threading.Lock()
-        self._job_refs: dict[str, ray.ObjectRef] = {}
-        log.info("decode pool: %d decode actor(s)", count)
+        self._cache_bytes = cache_bytes
+        self._slots: list[_Slot] = []
+        self._job_refs: dict[str, Any] = {}
+        self._cond = threading.Condition()
+        self._stopped = threading.Event()
+        self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
+        self.resubmitted = 0  # batches sent again because their actor died under them
+        self._reconcile()
+        self._watcher = threading.Thread(target=self._watch, args=(reconcile_s,), name="shardstream-pool",
+                                         daemon=True)
+        self._watcher.start()
+
+    # ------------------------------------------------------------ membership
+
+    def desired(self) -> int:
+        if self._fixed is not None:
+            return self._fixed
+        return int(ray.cluster_resources().get(DECODE_RESOURCE, 0))
+
+    def _watch(self, interval_s: float) -> None:
+        while not self._stopped.wait(interval_s):
+            try:
+                self._reconcile()
+            except Exception:  # the watcher must outlive a flaky GCS call
+                log.exception("decode pool reconcile failed")
+
+    def _reconcile(self) -> None:
+        alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
+        desired = self.desired()
+        with self._cond:
+            for slot in self._slots:
+                if slot.state is SlotState.STARTING:
+                    self._check_started(slot)
+                elif slot.state is SlotState.READY and slot.node_id not in alive_nodes:
+                    self._bury(slot, "its node left the cluster")
+            self._slots = [s for s in self._slots if s.state is not SlotState.DEAD]
+            live = len(self._slots)
+            for _ in range(desired - live):
+                self._slots.append(self._spawn())
+            surplus = live - desired
+            for slot in [s for s in self._slots if s.state is SlotState.STARTING][:max(surplus, 0)]:
+                ray.kill(slot.actor, no_restart=True)  # cannot be placed: its capacity is gone
+                slot.state = SlotState.DEAD
+            self._slots = [s for s in self._slots if s.state is not SlotState.DEAD]
+            self._cond.notify_all()
+
+    def _spawn(self) -> _Slot:
+        actor = self._actor_cls.remote(self._cache_bytes)
+        return _Slot(actor=actor, probe=actor.ping.remote())  # type: ignore[attr-defined]
+
+    def _check_started(self, slot: _Slot) -> None:
+        ready, _ = ray.wait([slot.probe], timeout=0)
+        if not ready:
+            return
+        try:
+            slot.node_id = str(ray.get(slot.probe))
+            slot.state = SlotState.READY
+            log.info("decode actor ready on node %s", slot.node_id[:12])
+        except RayActorError:
+            slot.state = SlotState.DEAD
+
+    def _bury(self, slot: _Slot, why: str) -> None:
+        if slot.state is not SlotState.DEAD:
+            log.warning("decode actor on node %s is gone (%s); its batches go to other actors",
+                        slot.node_id[:12], why)
+            slot.state = SlotState.DEAD
+            self.replaced_actors += 1
+
+    def wait_ready(self, timeout_s: float) -> None:
+        """Block until the wanted number of actors answer; raise if none does in time."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._reconcile()
+            with self._cond:
+                ready = sum(s.state is SlotState.READY for s in self._slots)
+                if ready >= self.desired() and ready > 0:
+                    break
+                if time.monotonic() > deadline:
+                    if ready:
+                        log.warning("only %d of %d decode actors started in %.0f s", ready, self.desired(),
+                                    timeout_s)
+                        break
+                    raise ServiceUnavailable(
+                        f"no decode actor started within {timeout_s:.0f} s: does the cluster have the "
+                        f"CPUs and '{DECODE_RESOURCE}' resources they ask for?")
+            time.sleep(0.05)
+        log.info("decode pool ready: %d actor(s) on %d node(s)", ready,
+                 len({s.node_id for s in self._slots if s.state is SlotState.READY}))
 
     @property
     def size(self) -> int:
-        return len(self._slots)
-
-    def wait_ready(self, timeout_s: float) -> None:
-        """Block until every actor answers, or raise naming how many did."""
-        refs: list[Any] = [s.actor.ping.remote() for s in self._slots]
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-        if len(ready) < len(refs):
-            raise ServiceUnavailable(
-                f"only {len(ready)} of {len(refs)} decode actors started within {timeout_s:.0f} s: "
-                "does the cluster have the CPUs and 'decode' resources they ask for?"
-            )
-        for slot, ref in zip(self._slots, refs, strict=True):
-            slot.node_id = str(ray.get(ref))
-        nodes = {slot.node_id for slot in self._slots}
-        log.info("decode pool ready: %d actor(s) on %d node(s)", len(refs), len(nodes))
+        with self._cond:
+            return sum(s.state is SlotState.READY for s in self._slots)
 
     def status(self) -> list[tuple[str, int]]:
-        """(node id, in-flight batches) of each decode actor."""
-        with self._lock:
-            return [(slot.node_id, slot.in_flight) for slot in self._slots]
+        """(node id, in-flight batches) of each ready decode actor."""
+        with self._cond:
+            return [(s.node_id, s.in_flight) for s in self._slots if s.state is SlotState.READY]
+
+    def ready_actors(self) -> list[tuple[str, Any]]:
+        """(node id, actor handle) of each ready decode actor, for operators and fault drills."""
+        with self._cond:
+            return [(s.node_id, s.actor) for s in self._slots if s.state is SlotState.READY]
+
+    # ------------------------------------------------------------ work
 
     def register(self, job: DecodeJob) -> None:
-        with self._lock:
+        with self._cond:
             if job.job_id not in self._job_refs:
                 self._job_refs[job.job_id] = ray.put(job)
 
-    def submit(self, job_id: str, epoch: int, indices: np.ndarray) -> tuple[ray.ObjectRef, int]:
-        """Send one batch to the least-loaded actor; call `done(slot)` once its result is taken."""
-        with self._lock:
-            slot_id = min(range(len(self._slots)), key=lambda i: self._slots[i].in_flight)
-            slot = self._slots[slot_id]
+    def submit(self, job_id: str, epoch: int, indices: np.ndarray, timeout_s: float) -> Ticket:
+        """Send one batch to the least-loaded ready actor (waiting up to timeout_s for one)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            while True:
+                ready = [s for s in self._slots if s.state is SlotState.READY]
+                if ready:
+                    break
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopped.is_set():
+                    raise ServiceUnavailable(
+                        f"no decode actor is alive ({len(self._slots)} starting; the cluster offers "
+                        f"{self.desired()} '{DECODE_RESOURCE}' units) after waiting {timeout_s:.0f} s")
+                self._cond.wait(min(remaining, 0.5))
+            slot = min(ready, key=lambda s: s.in_flight)
             slot.in_flight += 1
             job_box = [job_id, self._job_refs[job_id]]
-        return slot.actor.decode.remote(job_box, epoch, indices), slot_id
+        ref = slot.actor.decode.remote(job_box, epoch, indices)
+        return Ticket(job_id=job_id, epoch=epoch, indices=indices, ref=ref, slot=slot)
 
-    def done(self, slot_id: int) -> None:
-        with self._lock:
-            self._slots[slot_id].in_flight -= 1
+    def take(self, ticket: Ticket, timeout_s: float) -> DecodedBatch:
+        """The decoded batch; resubmitted to another actor as often as actors die under it."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                result: DecodedBatch = ray.get(ticket.ref, timeout=max(deadline - time.monotonic(), 0.001))
+                return result
+            except GetTimeoutError:
+                raise DeadlineExceeded(f"a batch took longer than {timeout_s:.0f} s to decode") from None
+            except RayActorError as exc:
+                with self._cond:
+                    self._bury(ticket.slot, type(exc).__name__)
+                self._reconcile()
+                retry = self.submit(ticket.job_id, ticket.epoch, ticket.indices,
+                                    max(deadline - time.monotonic(), 0.001))
+                self.release(ticket)
+                ticket.ref, ticket.slot = retry.ref, retry.slot
+                self.resubmitted += 1
+
+    def release(self, ticket: Ticket) -> None:
+        with self._cond:
+            ticket.slot.in_flight -= 1
 
     def shutdown(self) -> None:
-        for slot in self._slots:
-            ray.kill(slot.actor, no_restart=True)
-        self._slots.clear()
+        self._stopped.set()
+        self._watcher.join(timeout=5)
+        with self._cond:
+            for slot in self._slots:
+                ray.kill(slot.actor, no_restart=True)
+            self._slots.clear()
+            self._cond.notify_all()
 
 
-__all__ = ["DECODE_RESOURCE", "DecodePool"]
+__all__ = ["DECODE_RESOURCE", "DecodePool", "SlotState", "Ticket"]

@@ -15,15 +15,14 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Protocol
 
-import ray
-from ray.exceptions import GetTimeoutError, RayTaskError
+from ray.exceptions import RayTaskError
 
 from shardstream.proto.errors import DeadlineExceeded, InvalidJobSpec, ShardstreamError
 from shardstream.proto.wire import encode_batch
 from shardstream.service.batching import DecodedBatch
 from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job
-from shardstream.service.pool import DecodePool
+from shardstream.service.pool import DecodePool, Ticket
 
 log = logging.getLogger(__name__)
 
@@ -52,21 +51,21 @@ def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step
     steps = job.sampling.batches_per_rank
     plan = job.plan(epoch)
     pool.register(job.decode)
-    pending: deque[tuple[int, ray.ObjectRef, int]] = deque()
+    pending: deque[tuple[int, Ticket]] = deque()
     next_step = start_step
     job.count(streams=1)
     try:
         while pending or next_step < steps:
             while next_step < steps and len(pending) < prefetch:
-                ref, slot = pool.submit(job.job_id, epoch, plan.batch_indices(rank, next_step))
-                pending.append((next_step, ref, slot))
+                ticket = pool.submit(job.job_id, epoch, plan.batch_indices(rank, next_step), decode_timeout_s)
+                pending.append((next_step, ticket))
                 next_step += 1
-            step, ref, slot = pending.popleft()
+            step, ticket = pending.popleft()
             waited = time.perf_counter()
             try:
-                decoded = _take(ref, decode_timeout_s, job, epoch, rank, step)
+                decoded = _take(pool, ticket, decode_timeout_s, job, epoch, rank, step)
             finally:
-                pool.done(slot)
+                pool.release(ticket)
             if observer is not None:
                 observer.batch_taken(time.perf_counter() - waited, decoded.decode_seconds)
             replaced = decoded.replaced
@@ -82,16 +81,15 @@ def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step
         window.wait_drained(is_active)
     finally:
         job.count(streams=-1)
-        for _, _, slot in pending:
-            pool.done(slot)
+        for _, ticket in pending:
+            pool.release(ticket)
 
 
-def _take(ref: ray.ObjectRef, timeout_s: float, job: Job, epoch: int, rank: int,
+def _take(pool: DecodePool, ticket: Ticket, timeout_s: float, job: Job, epoch: int, rank: int,
           step: int) -> DecodedBatch:
     try:
-        result: DecodedBatch = ray.get(ref, timeout=timeout_s)
-        return result
-    except GetTimeoutError:
+        return pool.take(ticket, timeout_s)
+    except DeadlineExceeded:
         raise DeadlineExceeded(
             f"decoding batch {step} of job {job.job_id} (epoch {epoch}, rank {rank}) "
             f"took longer than {timeout_s:.0f} s"
