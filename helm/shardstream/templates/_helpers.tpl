@@ -1,0 +1,221 @@
+{{/* Names. */}}
+{{- define "shardstream.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "shardstream.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 50 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "shardstream.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The Service of the Ray head (GCS), which the decode workers join. */}}
+{{- define "shardstream.rayHeadService" -}}
+{{- printf "%s-ray-head" (include "shardstream.fullname" .) }}
+{{- end }}
+
+{{- define "shardstream.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "shardstream.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "shardstream.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* Labels. Call with (dict "ctx" $ "component" "head"). */}}
+{{- define "shardstream.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "shardstream.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+{{- with .component }}
+app.kubernetes.io/component: {{ . }}
+{{- end }}
+{{- end }}
+
+{{- define "shardstream.labels" -}}
+helm.sh/chart: {{ include "shardstream.chart" .ctx }}
+{{ include "shardstream.selectorLabels" . }}
+app.kubernetes.io/version: {{ .ctx.Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: shardstream
+app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
+{{- end }}
+
+{{/* A word as a POSIX shell word: bare when safe, else single-quoted. */}}
+{{- define "shardstream.shellQuote" -}}
+{{- $s := toString . }}
+{{- if regexMatch "^[A-Za-z0-9_./:@%+=,-]+$" $s }}
+{{- $s }}
+{{- else }}
+{{- printf "'%s'" ($s | replace "'" "'\\''") }}
+{{- end }}
+{{- end }}
+
+{{/* `ray start` flags from a dict: {flag: true} -> --flag, {flag: value} -> --flag=value; sorted. */}}
+{{- define "shardstream.rayFlags" -}}
+{{- $params := . }}
+{{- range $key := keys $params | sortAlpha }}
+{{- $value := index $params $key }}
+{{- if and (kindIs "float64" $value) (eq $value (floor $value)) }}
+{{- $value = int64 $value }}
+{{- end }}
+{{- if kindIs "bool" $value }}
+{{- if $value }} --{{ $key }}{{ end }}
+{{- else if not (kindIs "invalid" $value) }} --{{ $key }}={{ include "shardstream.shellQuote" $value }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Flags the head's `ray start` gets, the user's head.rayStartParams over the chart's. */}}
+{{- define "shardstream.headRayParams" -}}
+{{- $ray := .Values.ray }}
+{{- $params := dict
+  "port" ($ray.gcsPort | int)
+  "num-cpus" 0
+  "disable-usage-stats" true
+  "include-dashboard" "false"
+  "node-manager-port" ($ray.nodeManagerPort | int)
+  "ray-client-server-port" ($ray.clientServerPort | int)
+  "temp-dir" $ray.tempDir }}
+{{- if $ray.objectStoreMemory }}
+{{- $_ := set $params "object-store-memory" ($ray.objectStoreMemory | int64) }}
+{{- end }}
+{{- toJson (merge (deepCopy .Values.head.rayStartParams) $params) }}
+{{- end }}
+
+{{/* `decode` units of one decode worker: floor(decode.cpus / config.decoder_cpus). */}}
+{{- define "shardstream.decodeUnits" -}}
+{{- $units := floor (divf .Values.decode.cpus .Values.config.decoder_cpus) | int }}
+{{- if lt $units 1 }}
+{{- fail (printf "decode.cpus (%v) must be at least config.decoder_cpus (%v)" .Values.decode.cpus .Values.config.decoder_cpus) }}
+{{- end }}
+{{- $units }}
+{{- end }}
+
+{{/* Flags a decode worker's `ray start` gets, the user's decode.rayStartParams over the chart's. */}}
+{{- define "shardstream.decodeRayParams" -}}
+{{- $ray := .Values.ray }}
+{{- $params := dict
+  "address" (printf "%s:%d" (include "shardstream.rayHeadService" .) ($ray.gcsPort | int))
+  "num-cpus" (.Values.decode.cpus | int)
+  "resources" (printf "{\"decode\": %s}" (include "shardstream.decodeUnits" .))
+  "node-manager-port" ($ray.nodeManagerPort | int)
+  "temp-dir" $ray.tempDir
+  "block" true }}
+{{- if $ray.objectStoreMemory }}
+{{- $_ := set $params "object-store-memory" ($ray.objectStoreMemory | int64) }}
+{{- end }}
+{{- toJson (merge (deepCopy .Values.decode.rayStartParams) $params) }}
+{{- end }}
+
+{{/* The ConfigMap's value for one ServiceConfig field: "" for null, lists comma-joined. */}}
+{{- define "shardstream.configValue" -}}
+{{- if kindIs "invalid" . }}
+{{- else if kindIs "slice" . }}
+{{- join "," . }}
+{{- else if kindIs "string" . }}
+{{- . }}
+{{- else }}
+{{- toJson . }}
+{{- end }}
+{{- end }}
+
+{{/* Environment both workloads share. */}}
+{{- define "shardstream.env" -}}
+- name: POD_IP
+  valueFrom:
+    fieldRef:
+      fieldPath: status.podIP
+- name: RAY_USAGE_STATS_ENABLED
+  value: "0"
+{{- if .Values.ray.auth.existingSecret }}
+- name: RAY_AUTH_MODE
+  value: token
+- name: RAY_AUTH_TOKEN
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.ray.auth.existingSecret }}
+      key: {{ .Values.ray.auth.key }}
+{{- else }}
+- name: RAY_AUTH_MODE
+  value: disabled
+{{- end }}
+{{- if .Values.gcp.credentialsSecret }}
+- name: GOOGLE_APPLICATION_CREDENTIALS
+  value: /var/run/secrets/shardstream/gcp/{{ .Values.gcp.credentialsKey }}
+{{- end }}
+{{- with .Values.extraEnv }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Volume mounts both workloads share. */}}
+{{- define "shardstream.volumeMounts" -}}
+- name: dshm
+  mountPath: /dev/shm
+- name: tmp
+  mountPath: /tmp
+- name: ray-tmp
+  mountPath: {{ .Values.ray.tempDir }}
+{{- if .Values.gcp.credentialsSecret }}
+- name: gcp-credentials
+  mountPath: /var/run/secrets/shardstream/gcp
+  readOnly: true
+{{- end }}
+{{- with .Values.extraVolumeMounts }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Volumes both workloads share. */}}
+{{- define "shardstream.volumes" -}}
+- name: dshm
+  emptyDir:
+    medium: Memory
+    sizeLimit: {{ .Values.shm.sizeLimit }}
+- name: tmp
+  emptyDir:
+    {{- with .Values.tmp.sizeLimit }}
+    sizeLimit: {{ . }}
+    {{- else }} {}
+    {{- end }}
+- name: ray-tmp
+  emptyDir:
+    {{- with .Values.ray.tempDirSizeLimit }}
+    sizeLimit: {{ . }}
+    {{- else }} {}
+    {{- end }}
+{{- if .Values.gcp.credentialsSecret }}
+- name: gcp-credentials
+  secret:
+    secretName: {{ .Values.gcp.credentialsSecret }}
+{{- end }}
+{{- with .Values.extraVolumes }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Pod-level fields both workloads share. */}}
+{{- define "shardstream.podCommon" -}}
+serviceAccountName: {{ include "shardstream.serviceAccountName" . }}
+automountServiceAccountToken: {{ .Values.serviceAccount.automountToken }}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end }}

@@ -1,0 +1,75 @@
+"""The chart's config mirrors ServiceConfig: a field added to the service fails here until the
+chart carries it (values.yaml, values.schema.json, the ConfigMap)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from typing import Any
+
+from shardstream.service.config import ENV_PREFIX, ServiceConfig
+from tests.chart.chart import CHART_DIR, ROOT, default_values, render
+
+# Fields the chart sets from its own values instead of `config.*`.
+CHART_OWNED = {"host", "port", "ray_address", "metrics_port", "object_store_memory"}
+FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
+
+
+def _as_field_value(value: Any) -> Any:
+    return tuple(value) if isinstance(value, list) else value
+
+
+def test_every_field_is_a_config_value_or_set_by_the_chart() -> None:
+    config = default_values()["config"]
+    assert set(config).isdisjoint(CHART_OWNED)
+    assert set(config) | CHART_OWNED == set(FIELDS), (
+        f"missing from helm/shardstream/values.yaml config: {sorted(set(FIELDS) - set(config) - CHART_OWNED)}; "
+        f"not ServiceConfig fields: {sorted((set(config) | CHART_OWNED) - set(FIELDS))}")
+
+
+def test_value_defaults_are_the_service_defaults() -> None:
+    for name, value in default_values()["config"].items():
+        assert _as_field_value(value) == FIELDS[name].default, name
+
+
+def test_the_schema_describes_exactly_the_config_values() -> None:
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text())
+    config = schema["properties"]["config"]
+    assert set(config["properties"]) == set(default_values()["config"])
+    assert config["additionalProperties"] is False
+
+
+def test_the_configmap_has_one_key_per_field() -> None:
+    for values in ({}, {"metrics": {"enabled": False}}, {"config": {"num_decoders": 4}}):
+        data = render(values).config_map
+        assert set(data) == {ENV_PREFIX + name.upper() for name in FIELDS}
+        assert all(isinstance(v, str) for v in data.values())
+
+
+def test_the_configmap_loads_into_the_service_config() -> None:
+    config = {"num_decoders": 6, "decoder_cpus": 0.5, "allowed_transform_modules": ["acme.tf", "lab.aug"],
+              "default_prefetch": 3, "max_prefetch": 9, "decode_timeout_s": 12.5,
+              "row_group_cache_bytes": 3 << 30, "max_message_bytes": 1 << 28, "grpc_workers": 16,
+              "default_window_bytes": 64 << 20}
+    assert set(config) == set(default_values()["config"]), "exercise every config value"
+    data = render({"config": config, "service": {"port": 6001}, "metrics": {"port": 9300},
+                   "decode": {"cpus": 4}}).config_map
+    loaded = ServiceConfig.load(environ=data)
+    expected = ServiceConfig(host="0.0.0.0", port=6001, ray_address="auto", metrics_port=9300,
+                             **{k: _as_field_value(v) for k, v in config.items()})
+    assert loaded == expected
+
+
+def test_default_configmap_keeps_the_service_defaults() -> None:
+    loaded = ServiceConfig.load(environ=render().config_map)
+    assert loaded == ServiceConfig(host="0.0.0.0", port=50051, ray_address="auto", metrics_port=9090)
+    loaded = ServiceConfig.load(environ=render({"metrics": {"enabled": False}}).config_map)
+    assert loaded.metrics_port is None
+
+
+def test_the_default_image_tag_is_the_package_version() -> None:
+    version = re.search(r'^version = "([^"]+)"$', (ROOT / "pyproject.toml").read_text(), re.M)
+    assert version
+    image = render().head["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == f"shardstream:{version.group(1)}"

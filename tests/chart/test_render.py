@@ -1,0 +1,378 @@
+"""The chart rendered by the real Helm engine: lint, strict Kubernetes schemas, invariants."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import helm_python as helm
+import pytest
+from kubernetes_validate import ValidationError
+
+from tests.chart.chart import (
+    CRD_KINDS,
+    FULLNAME,
+    NAMESPACE,
+    RELEASE,
+    command_line,
+    container,
+    containers,
+    default_values,
+    env_of,
+    flags,
+    lint,
+    pod_spec,
+    port_named,
+    render,
+    script,
+    validate,
+)
+
+VALUE_SETS: dict[str, dict[str, Any]] = {
+    "default": {},
+    "decoders-scaled": {"decode": {"replicas": 7, "cpus": 6}},
+    "hpa": {"decode": {"autoscaling": {"enabled": True, "minReplicas": 2, "maxReplicas": 12,
+                                       "targetCPUUtilizationPercentage": 60}}},
+    "metrics-and-servicemonitor": {"metrics": {"enabled": True, "port": 9191, "serviceMonitor": {
+        "enabled": True, "interval": "15s", "labels": {"release": "prometheus"}}}},
+    "metrics-off": {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}},
+    "credentials-secret": {"gcp": {"credentialsSecret": "gcp-key", "credentialsKey": "sa.json"}},
+    "workload-identity": {"serviceAccount": {"annotations": {
+        "iam.gke.io/gcp-service-account": "loader@project.iam.gserviceaccount.com"}}},
+    "everything-set": {
+        "image": {"repository": "registry.example/ml/shardstream", "tag": "1.2.3", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "serviceAccount": {"create": False, "name": "existing-sa"},
+        "config": {"num_decoders": 8, "decoder_cpus": 0.5, "allowed_transform_modules": ["acme.tf", "lab.aug"],
+                   "decode_timeout_s": 30.5, "row_group_cache_bytes": 1 << 30},
+        "service": {"type": "LoadBalancer", "port": 7000, "annotations": {"a": "b"}},
+        "ray": {"objectStoreMemory": 4 << 30, "tempDirSizeLimit": "10Gi", "auth": {"existingSecret": "ray-token"}},
+        "shm": {"sizeLimit": "8Gi"},
+        "tmp": {"sizeLimit": "1Gi"},
+        "extraEnv": [{"name": "FOO", "value": "bar"}],
+        "extraEnvFrom": [{"secretRef": {"name": "aws-credentials"}}],
+        "extraVolumes": [{"name": "data", "persistentVolumeClaim": {"claimName": "datasets"}}],
+        "extraVolumeMounts": [{"name": "data", "mountPath": "/data", "readOnly": True}],
+        "head": {"nodeSelector": {"pool": "cpu"}, "priorityClassName": "high",
+                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "loader", "effect": "NoSchedule"}],
+                 "podDisruptionBudget": {"enabled": True, "maxUnavailable": 0},
+                 "rayStartParams": {"min-worker-port": 11000, "max-worker-port": 11999}},
+        "decode": {"replicas": 3, "cpus": 8, "nodeSelector": {"pool": "decode"},
+                   "affinity": {"podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{
+                       "weight": 100, "podAffinityTerm": {"topologyKey": "kubernetes.io/hostname",
+                                                          "labelSelector": {"matchLabels": {"app": "x"}}}}]}},
+                   "podDisruptionBudget": {"maxUnavailable": "25%"},
+                   "rayStartParams": {"object-manager-port": 8076}},
+    },
+}
+
+
+@pytest.fixture(scope="module", params=sorted(VALUE_SETS))
+def rendered(request: pytest.FixtureRequest) -> tuple[str, dict[str, Any], Any]:
+    values = VALUE_SETS[request.param]
+    return request.param, values, render(values)
+
+
+def test_lint_passes_for_every_value_set() -> None:
+    for name, values in VALUE_SETS.items():
+        report = lint(values)
+        problems = [m for m in report["messages"] if m["severity"] >= 2]
+        assert report["errors"] == [] and problems == [], (name, report)
+
+
+def test_lint_fails_a_broken_value_set() -> None:
+    report = lint({"decode": {"replicas": "many"}})
+    assert report["errors"] or any(m["severity"] >= 3 for m in report["messages"]), report
+
+
+def test_every_manifest_validates_strictly(rendered: tuple[str, dict[str, Any], Any]) -> None:
+    name, _, out = rendered
+    assert out.docs, name
+    for doc in out.docs:
+        if (doc["apiVersion"], doc["kind"]) in CRD_KINDS:
+            # A CRD's kind (ServiceMonitor): kubernetes-validate ships no schema for it, so only
+            # its shape is checked, by test_servicemonitor_scrapes_the_metrics_port.
+            continue
+        validate(doc)
+        assert doc["metadata"].get("namespace") in (None, NAMESPACE)
+
+
+def test_strict_validation_rejects_an_unknown_field() -> None:
+    bad = copy.deepcopy(render().head)
+    pod_spec(bad)["containers"][0]["livenessProbes"] = {}
+    with pytest.raises(ValidationError):
+        validate(bad)
+
+
+def test_the_schema_rejects_typos_and_impossible_values() -> None:
+    for values in ({"decode": {"replica": 3}}, {"config": {"port": 1}}, {"config": {"num_decoders": 0}},
+                   {"shm": {"sizeLimit": "lots"}}, {"decode": {"autoscaling": {"enabled": "yes"}}}):
+        with pytest.raises(helm.HelmValuesError):
+            render(values)
+    with pytest.raises(helm.HelmError, match=r"decode\.cpus"):
+        render({"decode": {"cpus": 1}, "config": {"decoder_cpus": 2}})
+
+
+def test_the_resources_a_release_creates() -> None:
+    assert render().keys() == {
+        ("ConfigMap", f"{FULLNAME}-config"), ("Service", FULLNAME), ("Service", f"{FULLNAME}-ray-head"),
+        ("Deployment", f"{FULLNAME}-head"), ("Deployment", f"{FULLNAME}-decode"),
+        ("PodDisruptionBudget", f"{FULLNAME}-decode"), ("ServiceAccount", FULLNAME)}
+
+
+def _by_kind_and_name(out: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    return {(d["kind"], d["metadata"]["name"]): d for d in out.docs}
+
+
+def test_decode_replicas_change_only_the_decode_workload() -> None:
+    base, scaled = _by_kind_and_name(render()), _by_kind_and_name(render({"decode": {"replicas": 7}}))
+    assert base.keys() == scaled.keys()
+    changed = sorted(k for k in base if base[k] != scaled[k])
+    assert changed == [("Deployment", f"{FULLNAME}-decode")]
+    before, after = copy.deepcopy(base[changed[0]]), copy.deepcopy(scaled[changed[0]])
+    assert (before["spec"].pop("replicas"), after["spec"].pop("replicas")) == (2, 7)
+    assert before == after
+    assert scaled[("Deployment", f"{FULLNAME}-head")]["spec"]["replicas"] == 1
+
+
+def test_hpa_targets_the_decode_workload_only() -> None:
+    values = VALUE_SETS["hpa"]
+    out = render(values)
+    (hpa,) = out.of_kind("HorizontalPodAutoscaler")
+    assert hpa["apiVersion"] == "autoscaling/v2"
+    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
+                                             "name": out.decode["metadata"]["name"]}
+    assert (hpa["spec"]["minReplicas"], hpa["spec"]["maxReplicas"]) == (2, 12)
+    (metric,) = hpa["spec"]["metrics"]
+    assert metric["resource"] == {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 60}}
+    assert "replicas" not in out.decode["spec"]
+    assert out.head["spec"]["replicas"] == 1
+    # Utilization needs CPU requests on the decode pods.
+    assert container(out.decode, "decode")["resources"]["requests"]["cpu"]
+    assert render().of_kind("HorizontalPodAutoscaler") == []
+
+
+def test_head_probes_use_the_grpc_port() -> None:
+    out = render({"service": {"port": 6000}})
+    head = container(out.head, "head")
+    assert port_named(head, "grpc") == 6000
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert set(head[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"grpc"}, probe
+        assert head[probe]["grpc"]["port"] == 6000, probe
+        assert head[probe]["grpc"].get("service", "") in ("", "shardstream.v1.Loader")
+    serve = flags(command_line(script(head), "exec shardstream serve"))
+    assert serve["port"] == "6000" and serve["host"] == "0.0.0.0"
+    assert out.config_map["SHARDSTREAM_PORT"] == "6000"
+    ports = {p["name"]: p for p in out.get("Service", FULLNAME)["spec"]["ports"]}
+    assert ports["grpc"]["port"] == 6000 and ports["grpc"]["targetPort"] == "grpc"
+
+
+def test_decode_probes_check_the_workers_raylet() -> None:
+    out = render({"decode": {"rayStartParams": {"node-manager-port": 7100}}})
+    decode = container(out.decode, "decode")
+    ray = flags(command_line(script(decode), "exec ray start"))
+    assert port_named(decode, "raylet") == int(ray["node-manager-port"]) == 7100
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert decode[probe]["tcpSocket"] == {"port": "raylet"}, probe
+
+
+def test_dev_shm_is_a_memory_emptydir_of_the_configured_size() -> None:
+    out = render({"shm": {"sizeLimit": "3Gi"}})
+    for workload in (out.head, out.decode):
+        volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
+        for c in containers(workload, init=False):
+            (mount,) = [m for m in c["volumeMounts"] if m["mountPath"] == "/dev/shm"]
+            assert volumes[mount["name"]]["emptyDir"] == {"medium": "Memory", "sizeLimit": "3Gi"}
+
+
+def test_pods_run_as_non_root_with_a_read_only_root(rendered: tuple[str, dict[str, Any], Any]) -> None:
+    _, _, out = rendered
+    for workload in (out.head, out.decode):
+        spec = pod_spec(workload)
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] != 0 and spec["securityContext"]["fsGroup"] != 0
+        assert spec["automountServiceAccountToken"] is False
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        for c in containers(workload):
+            sc = c["securityContext"]
+            assert sc["allowPrivilegeEscalation"] is False and sc["capabilities"]["drop"] == ["ALL"]
+            assert sc["readOnlyRootFilesystem"] is True
+            writable = {m["mountPath"] for m in c["volumeMounts"]
+                        if "emptyDir" in volumes[m["name"]] and not m.get("readOnly")}
+            assert "/tmp" in writable, c["name"]
+        for c in containers(workload, init=False):
+            ray_start = next(line for line in script(c).splitlines() if "ray start" in line)
+            ray_tmp = flags(ray_start)["temp-dir"]
+            assert any(m["mountPath"] == ray_tmp and "emptyDir" in volumes[m["name"]]
+                       for m in c["volumeMounts"]), c["name"]
+
+
+def test_recommended_labels_and_selectors(rendered: tuple[str, dict[str, Any], Any]) -> None:
+    _, _, out = rendered
+    for doc in out.docs:
+        labels = doc["metadata"]["labels"]
+        for key in ("app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version",
+                    "app.kubernetes.io/managed-by", "helm.sh/chart"):
+            assert labels.get(key), (doc["kind"], doc["metadata"]["name"], key)
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+    pods = {"head": out.head["spec"]["template"]["metadata"]["labels"],
+            "decode": out.decode["spec"]["template"]["metadata"]["labels"]}
+
+    def selects(selector: dict[str, str]) -> set[str]:
+        return {name for name, labels in pods.items() if selector.items() <= labels.items()}
+
+    for workload, name in ((out.head, "head"), (out.decode, "decode")):
+        assert selects(workload["spec"]["selector"]["matchLabels"]) == {name}
+    for service in out.of_kind("Service"):
+        assert selects(service["spec"]["selector"]) == {"head"}
+    for pdb in out.of_kind("PodDisruptionBudget"):
+        assert selects(pdb["spec"]["selector"]["matchLabels"]) == {pdb["metadata"]["name"].rsplit("-", 1)[1]}
+
+
+def test_credentials_from_an_existing_secret() -> None:
+    out = render(VALUE_SETS["credentials-secret"])
+    for workload in (out.head, out.decode):
+        volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
+        (name,) = [n for n, v in volumes.items() if v.get("secret", {}).get("secretName") == "gcp-key"]
+        for c in containers(workload, init=False):
+            (mount,) = [m for m in c["volumeMounts"] if m["name"] == name]
+            assert mount["readOnly"] is True
+            assert env_of(c)["GOOGLE_APPLICATION_CREDENTIALS"]["value"] == f"{mount['mountPath']}/sa.json"
+    for c in [*containers(render().head), *containers(render().decode)]:
+        assert "GOOGLE_APPLICATION_CREDENTIALS" not in env_of(c)
+
+
+def test_workload_identity_through_the_service_account() -> None:
+    out = render(VALUE_SETS["workload-identity"])
+    (account,) = out.of_kind("ServiceAccount")
+    assert account["metadata"]["annotations"] == {
+        "iam.gke.io/gcp-service-account": "loader@project.iam.gserviceaccount.com"}
+    for workload in (out.head, out.decode):
+        assert pod_spec(workload)["serviceAccountName"] == account["metadata"]["name"]
+    existing = render({"serviceAccount": {"create": False, "name": "existing-sa"}})
+    assert existing.of_kind("ServiceAccount") == []
+    assert {pod_spec(w)["serviceAccountName"] for w in (existing.head, existing.decode)} == {"existing-sa"}
+
+
+def test_servicemonitor_scrapes_the_metrics_port() -> None:
+    out = render(VALUE_SETS["metrics-and-servicemonitor"])
+    (monitor,) = out.of_kind("ServiceMonitor")
+    assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["path"] == "/metrics" and endpoint["interval"] == "15s"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": [NAMESPACE]}
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    services = [s for s in out.of_kind("Service") if selector.items() <= s["metadata"]["labels"].items()]
+    assert [s["metadata"]["name"] for s in services] == [FULLNAME]
+    ports = {p["name"]: p for p in services[0]["spec"]["ports"]}
+    assert ports["metrics"]["port"] == 9191 and ports["metrics"]["targetPort"] == "metrics"
+    head = container(out.head, "head")
+    assert port_named(head, "metrics") == 9191
+    assert flags(command_line(script(head), "exec shardstream serve"))["metrics-port"] == "9191"
+    assert out.config_map["SHARDSTREAM_METRICS_PORT"] == "9191"
+    assert render().of_kind("ServiceMonitor") == []
+
+
+def test_metrics_off_leaves_no_endpoint() -> None:
+    out = render(VALUE_SETS["metrics-off"])
+    assert out.of_kind("ServiceMonitor") == []
+    head = container(out.head, "head")
+    assert "metrics-port" not in flags(command_line(script(head), "exec shardstream serve"))
+    assert out.config_map["SHARDSTREAM_METRICS_PORT"] == ""
+    assert "metrics" not in {p["name"] for p in head["ports"]}
+    assert "metrics" not in {p["name"] for p in out.get("Service", FULLNAME)["spec"]["ports"]}
+
+
+def test_decode_workers_offer_cpus_and_decode_units() -> None:
+    for cpus, decoder_cpus, units in ((2, 1.0, 2), (6, 1.5, 4), (7, 2, 3)):
+        out = render({"decode": {"cpus": cpus}, "config": {"decoder_cpus": decoder_cpus}})
+        ray = flags(command_line(script(container(out.decode, "decode")), "exec ray start"))
+        assert ray["num-cpus"] == str(cpus)
+        assert json.loads(ray["resources"]) == {"decode": units}
+        assert "block" in ray
+
+
+def test_workers_join_the_heads_gcs_through_its_service() -> None:
+    out = render({"ray": {"gcsPort": 7379}})
+    head = container(out.head, "head")
+    head_ray = flags(command_line(script(head), "ray start --head"))
+    assert head_ray["num-cpus"] == "0" and head_ray["port"] == "7379" == str(port_named(head, "gcs"))
+    ray_head = out.get("Service", f"{FULLNAME}-ray-head")
+    assert ray_head["spec"]["clusterIP"] == "None" and ray_head["spec"]["publishNotReadyAddresses"] is True
+    gcs = {p["name"]: p for p in ray_head["spec"]["ports"]}["gcs"]
+    assert gcs["targetPort"] == "gcs"
+    address = f"{FULLNAME}-ray-head:{gcs['port']}"
+    assert flags(command_line(script(container(out.decode, "decode")), "exec ray start"))["address"] == address
+    assert f"--address={address}" in script(container(out.decode, "wait-for-head"))
+    # `serve --ray-address auto` resolves to this pod's own head through RAY_ADDRESS.
+    assert env_of(head)["RAY_ADDRESS"]["value"] == "$(POD_IP):7379"
+    assert env_of(head)["POD_IP"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+
+
+def test_ray_token_auth_from_a_secret() -> None:
+    out = render({"ray": {"auth": {"existingSecret": "ray-token", "key": "tok"}}})
+    for workload in (out.head, out.decode):
+        for c in containers(workload):
+            env = env_of(c)
+            assert env["RAY_AUTH_MODE"]["value"] == "token"
+            assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": "ray-token", "key": "tok"}}
+    for c in containers(render().decode):
+        assert env_of(c)["RAY_AUTH_MODE"]["value"] == "disabled" and "RAY_AUTH_TOKEN" not in env_of(c)
+
+
+def test_scheduling_values_reach_only_their_workload() -> None:
+    values = VALUE_SETS["everything-set"]
+    out = render(values)
+    for name, workload in (("head", out.head), ("decode", out.decode)):
+        spec, mine = pod_spec(workload), values[name]
+        for key in ("nodeSelector", "tolerations", "affinity", "priorityClassName"):
+            assert spec.get(key) == mine.get(key), (name, key)
+        assert spec["imagePullSecrets"] == [{"name": "regcred"}]
+        for c in containers(workload):
+            assert c["image"] == "registry.example/ml/shardstream:1.2.3" and c["imagePullPolicy"] == "Always"
+    assert container(out.head, "head")["resources"] == default_values()["head"]["resources"]
+    assert container(out.decode, "decode")["resources"] == default_values()["decode"]["resources"]
+
+
+def test_ray_start_params_extend_and_override() -> None:
+    out = render(VALUE_SETS["everything-set"])
+    head = flags(command_line(script(container(out.head, "head")), "ray start --head"))
+    assert head["min-worker-port"] == "11000" and head["max-worker-port"] == "11999"
+    assert head["object-store-memory"] == str(4 << 30)
+    decode = flags(command_line(script(container(out.decode, "decode")), "exec ray start"))
+    assert decode["object-manager-port"] == "8076" and "min-worker-port" not in decode
+    overridden = render({"head": {"rayStartParams": {"num-cpus": 1}}})
+    assert flags(command_line(script(container(overridden.head, "head")), "ray start --head"))["num-cpus"] == "1"
+
+
+def test_notes_tell_the_client_address() -> None:
+    out = render({"service": {"port": 50052}})
+    service = out.get("Service", FULLNAME)
+    address = f"{service['metadata']['name']}.{NAMESPACE}.svc:{service['spec']['ports'][0]['port']}"
+    assert address == f"{FULLNAME}.{NAMESPACE}.svc:50052"
+    assert f'RemoteLoader("{address}"' in out.notes
+    assert "decode.replicas=N" in out.notes
+    assert "decode.replicas=N" not in render(VALUE_SETS["hpa"]).notes
+
+
+def test_config_changes_roll_the_head_only() -> None:
+    base, changed = render(), render({"config": {"default_prefetch": 8}})
+    key = "checksum/config"
+    assert base.head["spec"]["template"]["metadata"]["annotations"][key] != \
+        changed.head["spec"]["template"]["metadata"]["annotations"][key]
+    assert base.decode == changed.decode
+
+
+def test_the_longest_release_name_gives_valid_names() -> None:
+    release = "r" * 53  # Helm's limit
+    out = render(name=release)
+    for doc in out.docs:
+        assert len(doc["metadata"]["name"]) <= 63, doc["metadata"]["name"]
+        if (doc["apiVersion"], doc["kind"]) not in CRD_KINDS:
+            validate(doc)
+    (decode,) = [d for d in out.of_kind("Deployment") if d["metadata"]["name"].endswith("-decode")]
+    (ray_head,) = [s for s in out.of_kind("Service") if s["metadata"]["name"].endswith("-ray-head")]
+    address = flags(command_line(script(container(decode, "decode")), "exec ray start"))["address"]
+    assert address.split(":")[0] == ray_head["metadata"]["name"]

@@ -1,0 +1,246 @@
+"""The chart's container commands, run as rendered, serve batches.
+
+The head and decode worker commands (and the decode pod's init container) are taken from the
+rendered Deployments and run here as processes, the way kubelet would start them: environment
+from the rendered ConfigMap and `env` (downward-API pod IP = 127.0.0.1, `$(VAR)` expanded), the
+Ray head's Service name rewritten to 127.0.0.1. The chart's values pick free ports, a small
+object store and a private Ray temp dir, so nothing collides with other Ray instances on the
+machine. Every process started here (and every process they start) is ended by process group
+and by a marker in its environment; `ray stop` is never used, since it would end every Ray
+instance of the user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, closing
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from shardstream.client import RemoteLoader
+from tests.chart.chart import FULLNAME, container, flags, port_named, render, script
+from tests.datasets import oracle_batches, write_indexed
+
+START_DEADLINE_S = 150
+STOP_DEADLINE_S = 30
+OBJECT_STORE_BYTES = 100 * 2**20
+MARKER = "SHARDSTREAM_CHART_SMOKE"
+BIN = Path(sys.executable).parent
+
+
+def free_ports(n: int) -> list[int]:
+    with ExitStack() as stack:
+        sockets = [stack.enter_context(closing(socket.socket())) for _ in range(n)]
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+
+
+def kubelet_env(c: dict[str, Any], config_maps: dict[str, dict[str, str]]) -> dict[str, str]:
+    """A container's environment as kubelet builds it, for a pod whose IP is 127.0.0.1."""
+    env: dict[str, str] = {}
+    for source in c.get("envFrom", []):
+        env.update(config_maps[source["configMapRef"]["name"]])
+    for var in c.get("env", []):
+        if "value" in var:
+            env[var["name"]] = re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                                      lambda m: env.get(m.group(1), m.group(0)), var["value"])
+        elif var["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}:
+            env[var["name"]] = "127.0.0.1"
+        else:
+            raise AssertionError(f"no local stand-in for {var}")
+    return env
+
+
+def process_env(c: dict[str, Any], config_maps: dict[str, dict[str, str]], home: str,
+                marker: str) -> dict[str, str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SHARDSTREAM_"))}
+    base.update(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", HOME=home, **{MARKER: marker})
+    return {**base, **kubelet_env(c, config_maps)}
+
+
+def argv(c: dict[str, Any]) -> list[str]:
+    return [word.replace(f"{FULLNAME}-ray-head", "127.0.0.1") for word in c["command"] + c["args"]]
+
+
+def marked_pids(marker: str) -> list[int]:
+    """Processes whose environment carries this run's marker (only ours can be read)."""
+    needle = f"{MARKER}={marker}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid():
+            try:
+                with open(f"/proc/{entry}/environ", "rb") as f:
+                    if needle in f.read().split(b"\0"):
+                        pids.append(int(entry))
+            except OSError:
+                pass
+    return pids
+
+
+def end_all(processes: list[subprocess.Popen[bytes]], marker: str) -> None:
+    """SIGTERM each started process group and every marked process, then SIGKILL what is left."""
+    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+        for p in processes:
+            try:
+                os.killpg(p.pid, sig)
+            except ProcessLookupError:
+                pass
+        for pid in marked_pids(marker):
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (marked_pids(marker) or any(p.poll() is None for p in processes)):
+            time.sleep(0.2)
+    for p in processes:
+        if p.poll() is None:
+            p.wait(timeout=5)
+
+
+def tail(path: Path, lines: int = 40) -> str:
+    text = path.read_text(errors="replace") if path.exists() else "(no log)"
+    return f"--- {path.name}\n" + "\n".join(text.splitlines()[-lines:])
+
+
+def wait_until(what: str, ready: Any, processes: list[subprocess.Popen[bytes]], logs: list[Path],
+               deadline_s: float = START_DEADLINE_S) -> None:
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        for p in processes:
+            if p.poll() is not None:
+                raise AssertionError(f"{what}: {p.args!r} exited with {p.returncode}\n"
+                                     + "\n".join(tail(log) for log in logs))
+        if ready():
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"{what}: not within {deadline_s} s\n" + "\n".join(tail(log) for log in logs))
+
+
+def tcp_open(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+def health(address: str, service: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        try:
+            reply = health_pb2_grpc.HealthStub(channel).Check(
+                health_pb2.HealthCheckRequest(service=service), timeout=2)
+        except grpc.RpcError:
+            return -1
+    return int(reply.status)
+
+
+def metric(text: str, name: str) -> float:
+    values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
+    assert len(values) == 1, f"{name}: {values}\n{text}"
+    return values[0]
+
+
+@pytest.fixture
+def ray_temp_dir() -> Iterator[str]:
+    # Short: Ray's unix sockets live under it, and their paths are limited to 107 bytes.
+    path = tempfile.mkdtemp(prefix="ss-chart-", dir="/tmp")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_rendered_commands_serve_batches(tmp_path: Path, ray_temp_dir: str) -> None:
+    grpc_port, metrics_port, gcs_port, client_port, head_raylet, decode_raylet = free_ports(6)
+    out = render({
+        "service": {"port": grpc_port},
+        "metrics": {"enabled": True, "port": metrics_port},
+        "ray": {"gcsPort": gcs_port, "clientServerPort": client_port, "nodeManagerPort": head_raylet,
+                "objectStoreMemory": OBJECT_STORE_BYTES, "tempDir": ray_temp_dir},
+        # Two raylets on one host need two ports; in a cluster each pod has its own IP.
+        "decode": {"cpus": 2, "rayStartParams": {"node-manager-port": decode_raylet}},
+    })
+    config_maps = {cm["metadata"]["name"]: cm["data"] for cm in out.of_kind("ConfigMap")}
+    head_c, wait_c = container(out.head, "head"), container(out.decode, "wait-for-head")
+    decode_c = container(out.decode, "decode")
+    ray_start = next(line for line in script(decode_c).splitlines() if "ray start" in line)
+    decoders = json.loads(flags(ray_start)["resources"])["decode"]  # one decode actor per unit
+    data = tmp_path / "data"
+    write_indexed(str(data), [13, 7, 10], row_group_size=3)
+    home = tmp_path / "home"  # the image's home is on its read-only root filesystem
+    home.mkdir()
+    marker = uuid.uuid4().hex
+    logs = {name: tmp_path / f"{name}.log" for name in ("head", "wait-for-head", "decode")}
+
+    def start(c: dict[str, Any], log: Path) -> subprocess.Popen[bytes]:
+        with open(log, "wb") as f:
+            return subprocess.Popen(argv(c), env=process_env(c, config_maps, str(home), marker),
+                                    stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+
+    processes: list[subprocess.Popen[bytes]] = []
+    try:
+        head = start(head_c, logs["head"])
+        processes.append(head)
+        wait_until("the head's GCS", lambda: tcp_open(gcs_port), [head], [logs["head"]])
+        init = start(wait_c, logs["wait-for-head"])
+        processes.append(init)
+        assert init.wait(timeout=90) == 0, tail(logs["wait-for-head"])
+        decode = start(decode_c, logs["decode"])
+        processes.append(decode)
+        address = f"127.0.0.1:{grpc_port}"
+        # The head's probes, as kubelet runs them: gRPC health on the rendered port and service.
+        probes = [head_c[p]["grpc"] for p in ("startupProbe", "readinessProbe", "livenessProbe")]
+        assert {p["port"] for p in probes} == {grpc_port}
+        wait_until("the head's gRPC health", lambda: all(
+            health(address, p.get("service", "")) == health_pb2.HealthCheckResponse.SERVING for p in probes),
+            [head, decode], list(logs.values()))
+        # The decode worker's probes: its raylet listens on the rendered port.
+        assert decode_c["readinessProbe"]["tcpSocket"]["port"] == "raylet"
+        assert tcp_open(port_named(decode_c, "raylet"))
+
+        for epoch in (0, 1):
+            for rank in (0, 1):
+                with RemoteLoader(address, dataset=str(data), batch_size=4, shuffle=True, seed=5,
+                                  drop_last=False, rank=rank, world_size=2, job_name="chart-smoke",
+                                  timeout=60, connect_timeout=30) as loader:
+                    loader.set_epoch(epoch)
+                    got = [batch["idx"].tolist() for batch in loader]
+                assert got == oracle_batches(30, 2, rank, 4, True, 5, False, epoch), (epoch, rank)
+
+        status = subprocess.run([str(BIN / "shardstream"), "status", address], capture_output=True,
+                                text=True, timeout=30)
+        assert status.returncode == 0, status.stderr
+        assert f"{decoders} decoder(s) on 1 node(s)" in status.stdout, status.stdout
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
+            assert reply.status == 200
+            metrics = reply.read().decode()
+        assert metric(metrics, "shardstream_decoders") == decoders
+        assert metric(metrics, 'shardstream_samples_served_total{job="chart-smoke"}') == 2 * 30
+
+        # Pod deletion: SIGTERM to the head container's process (serve, exec'd by the shell).
+        head.send_signal(signal.SIGTERM)
+        assert head.wait(timeout=STOP_DEADLINE_S) == 0, tail(logs["head"])
+        assert sorted(os.listdir(home)) == [], "wrote to $HOME, which is read-only in the image"
+    finally:
+        end_all(processes, marker)
+    assert marked_pids(marker) == []
