@@ -51,3 +51,26 @@ def test_decode_actors_spread_over_decode_nodes(cluster: Cluster, tmp_path: obje
                 assert [b["idx"].tolist() for b in loader] == oracle_batches(37, 2, rank, 4, True, 2, False, 1)
     finally:
         service.stop(grace=1.0)
+
+
+@pytest.mark.slow
+def test_service_starts_before_decode_nodes_and_serves_once_they_join(tmp_path: object) -> None:
+    """As on Kubernetes: the head comes up first, decode workers join later."""
+    ray.shutdown()
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
+    try:
+        ray.init(address=cluster.address, logging_level="WARNING")
+        service, port = create_server(ServiceConfig(port=0, decode_timeout_s=60))
+        try:
+            assert service.pool.size == 0
+            data = f"{tmp_path}/data"
+            write_indexed(data, [9])
+            loader = RemoteLoader(f"127.0.0.1:{port}", dataset=data, batch_size=4, world_size=1, rank=0)
+            cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
+            assert [b["idx"].tolist() for b in loader] == oracle_batches(9, 1, 0, 4, True, 0, False, 0)
+            loader.close()
+        finally:
+            service.stop(grace=1.0)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

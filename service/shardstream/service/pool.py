@@ -63,15 +63,12 @@ class DecodePool:
     def __init__(self, num_decoders: int | None, decoder_cpus: float, cache_bytes: int,
                  reconcile_s: float = 1.0) -> None:
         self._fixed = num_decoders
-        self._has_resource = DECODE_RESOURCE in ray.cluster_resources()
-        if num_decoders is None and not self._has_resource:
-            raise ServiceUnavailable(
-                f"the Ray cluster has no '{DECODE_RESOURCE}' resource: start nodes with "
-                f"--resources='{{\"{DECODE_RESOURCE}\": N}}' or set num_decoders"
-            )
+        # Following the cluster means one actor per `decode` unit; a fixed count on a
+        # cluster without that resource places actors by CPU alone.
+        use_resource = num_decoders is None or DECODE_RESOURCE in ray.cluster_resources()
         self._actor_cls = ray.remote(DecodeWorker).options(  # type: ignore[attr-defined]
             num_cpus=decoder_cpus,
-            resources={DECODE_RESOURCE: 1} if self._has_resource else {},
+            resources={DECODE_RESOURCE: 1} if use_resource else {},
             max_restarts=0,
             max_task_retries=0,
             scheduling_strategy="SPREAD",
@@ -145,13 +142,22 @@ class DecodePool:
             self.replaced_actors += 1
 
     def wait_ready(self, timeout_s: float) -> None:
-        """Block until the wanted number of actors answer; raise if none does in time."""
+        """Block until the wanted number of actors answer; raise if none does in time.
+
+        A cluster with no `decode` units yet (decode nodes still starting) is not an
+        error: the service starts, and streams wait for decoders as they join.
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             self._reconcile()
             with self._cond:
                 ready = sum(s.state is SlotState.READY for s in self._slots)
-                if ready >= self.desired() and ready > 0:
+                if self.desired() == 0:
+                    log.warning("the Ray cluster has no '%s' resource yet: decode actors start as nodes "
+                                "with it join (ray start --resources='{\"%s\": N}')",
+                                DECODE_RESOURCE, DECODE_RESOURCE)
+                    return
+                if ready >= self.desired():
                     break
                 if time.monotonic() > deadline:
                     if ready:
