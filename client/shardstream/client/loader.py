@@ -21,26 +21,24 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-import grpc
 import torch
 
+from shardstream.client.connection import ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.prefetcher import StreamPrefetcher
+from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.tensors import batch_to_tensors, pin_available
-from shardstream.proto import PROTOCOL_VERSION, STREAM_BATCHES_METHOD
+from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.errors import (
     InvalidJobSpec,
+    JobNotFound,
     ServiceUnavailable,
     ShardstreamError,
-    from_rpc_error,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-from shardstream.proto.wire import parse_batch
 
 log = logging.getLogger(__name__)
 
-MAX_MESSAGE_BYTES = 1 << 30
 _CORRUPT = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
 
 
@@ -65,6 +63,8 @@ class RemoteLoader:
         timeout: seconds any single wait (a batch, the job opening) may take before
             DeadlineExceeded.
         connect_timeout: seconds to wait for the service to become reachable.
+        reconnect_timeout: seconds to keep reconnecting after the link to the service breaks
+            mid-epoch (default: `timeout`); the stream resumes at the next batch.
     """
 
     def __init__(
@@ -87,6 +87,7 @@ class RemoteLoader:
         job_name: str | None = None,
         timeout: float = 300.0,
         connect_timeout: float = 30.0,
+        reconnect_timeout: float | None = None,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -111,25 +112,21 @@ class RemoteLoader:
             columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
         )
         self.job_name = job_name if job_name is not None else default_job_name()
-        self._channel = grpc.insecure_channel(address, options=[
-            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ])
-        self._stub = pb_grpc.LoaderStub(self._channel)
-        # Batches arrive hand-framed (wire.py): parsed without copying tensor data.
-        self._stream = self._channel.stream_stream(
-            STREAM_BATCHES_METHOD, request_serializer=pb.StreamControl.SerializeToString,
-            response_deserializer=parse_batch)
+        self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout
+        self._steps_done = 0  # batches of the current epoch handed to the loop
+        self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
+        self._connection = ServiceConnection(address, connect_timeout)
         try:
-            grpc.channel_ready_future(self._channel).result(timeout=connect_timeout)
-        except grpc.FutureTimeoutError:
-            self._channel.close()
-            raise ServiceUnavailable(
-                f"cannot reach the shardstream service at {address} within {connect_timeout:.0f} s"
-            ) from None
-        self.job = self._open_job()
+            self.job = self._connection.open_job(self._open_request(), self.timeout)
+        except ShardstreamError:
+            self._connection.close()
+            raise
         log.info("rank %d/%d joined job %s: %d batches per epoch", self.rank, self.world_size,
                  self.job.job_id, self.job.batches_per_rank)
+
+    def _open_request(self) -> pb.OpenJobRequest:
+        return pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, job_name=self.job_name, spec=self.spec,
+                                 rank=self.rank)
 
     @staticmethod
     def _resolve_pin(pin_memory: bool | Literal["auto"]) -> bool:
@@ -139,16 +136,6 @@ class RemoteLoader:
             warnings.warn("pin_memory=True but no accelerator is available: not pinning", stacklevel=3)
             return False
         return bool(pin_memory)
-
-    def _open_job(self) -> pb.OpenJobResponse:
-        request = pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, job_name=self.job_name,
-                                    spec=self.spec, rank=self.rank)
-        try:
-            response: pb.OpenJobResponse = self._stub.OpenJob(request, timeout=self.timeout)
-            return response
-        except grpc.RpcError as exc:
-            self._channel.close()
-            raise from_rpc_error(exc) from None
 
     def __len__(self) -> int:
         return int(self.job.batches_per_rank)
@@ -165,50 +152,92 @@ class RemoteLoader:
         self._next_epoch = epoch
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        # A forgotten set_epoch advances the epoch instead of silently repeating its order.
+        start_step = 0
         if self._next_epoch is not None:
             epoch = self._next_epoch
-        else:
+        else:  # a forgotten set_epoch advances the epoch instead of silently repeating its order
             epoch = 0 if self.epoch is None else self.epoch + 1
-        self._next_epoch = None
+        if self._resume is not None:
+            resume_epoch, resume_step = self._resume
+            if self._next_epoch is None or self._next_epoch == resume_epoch:
+                epoch, start_step = resume_epoch, resume_step
+            else:
+                log.warning("set_epoch(%d) after load_state_dict of epoch %d: starting epoch %d afresh",
+                            self._next_epoch, resume_epoch, self._next_epoch)
+        self._next_epoch = self._resume = None
         self.epoch = epoch
-        return self._iterate(epoch, start_step=0)
+        self._steps_done = start_step
+        return self._iterate(epoch, start_step)
 
     def _iterate(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
-        total = len(self)
-        if start_step >= total:
-            return
-        describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
+        """Batches start_step.. of `epoch`, reconnecting and resuming at the next batch if the link breaks."""
+        step = start_step
+        while step < len(self):
+            prefetcher = self._open_stream(epoch, step)
+            received = iter(prefetcher)
+            first = step
+            try:
+                while True:
+                    if step > first:
+                        prefetcher.credit(step - 1)  # the loop asks for more: it is done with the last one
+                    item = next(received, None)
+                    if item is None:
+                        break
+                    message, tensors = item
+                    if message.step != step or message.epoch != epoch:
+                        raise ShardstreamError(f"job {self.job.job_id} rank {self.rank}: expected epoch "
+                                               f"{epoch} batch {step}, received epoch {message.epoch} "
+                                               f"batch {message.step}")
+                    step += 1
+                    self._steps_done = step
+                    self.samples_replaced += message.replaced_samples
+                    yield tensors
+            except (ServiceUnavailable, JobNotFound) as exc:
+                self.job = self._connection.reopen_job(self._open_request(), self.job, exc,
+                                                       self.reconnect_timeout)
+                continue
+            finally:
+                prefetcher.close()
+            if step != len(self):
+                raise ShardstreamError(f"job {self.job.job_id} rank {self.rank} epoch {epoch}: the stream "
+                                       f"ended after {step} of {len(self)} batches")
+
+    def _open_stream(self, epoch: int, start_step: int) -> StreamPrefetcher:
         request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
                                           epoch=epoch, rank=self.rank, start_step=start_step,
                                           prefetch=self.prefetch, window_bytes=self.prefetch_bytes)
-        prefetcher = StreamPrefetcher(self._stream, request, lambda m: batch_to_tensors(m, self.pin_memory),
-                                      self.timeout, describe)
-        expected = start_step
-        received = iter(prefetcher)
-        try:
-            while True:
-                if expected > start_step:
-                    prefetcher.credit(expected - 1)  # the loop asks for more: it is done with the last one
-                item = next(received, None)
-                if item is None:
-                    break
-                message, tensors = item
-                if message.step != expected or message.epoch != epoch:
-                    raise ShardstreamError(
-                        f"{describe}: expected batch {expected}, received epoch {message.epoch} "
-                        f"batch {message.step}"
-                    )
-                expected += 1
-                self.samples_replaced += message.replaced_samples
-                yield tensors
-        finally:
-            prefetcher.close()
-        if expected != total:
-            raise ShardstreamError(f"{describe}: stream ended after {expected} of {total} batches")
+        return StreamPrefetcher(self._connection.stream, request,
+                                lambda m: batch_to_tensors(m, self.pin_memory), self.timeout,
+                                f"job {self.job.job_id} epoch {epoch} rank {self.rank}")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this job is: the same on every rank (in DDP lockstep), small and picklable."""
+        if self._resume is not None:
+            epoch, step = self._resume
+        elif self.epoch is None:
+            epoch, step = (self._next_epoch or 0), 0
+        else:
+            epoch, step = self.epoch, self._steps_done
+        global_batch = self.world_size * self.spec.batch_size
+        return LoaderState(epoch=epoch, global_cursor=step * global_batch, seed=self.spec.seed,
+                           spec_fingerprint=spec_fingerprint(self.spec), global_batch_size=global_batch,
+                           dataset_fingerprint=self.job.dataset_fingerprint).to_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue where `state` was taken: the next iteration yields exactly the batches an
+        uninterrupted run would have yielded next (on any rank, and on a new world size when
+        world_size x batch_size is unchanged). A state taken at the end of an epoch starts the
+        next epoch."""
+        loaded = LoaderState.from_dict(state)
+        step = loaded.resume_step(self.spec, self.job.dataset_fingerprint)
+        self._next_epoch = None
+        if step >= len(self):
+            self.epoch, self._resume = loaded.epoch, None
+        else:
+            self.epoch, self._resume = None, (loaded.epoch, step)
 
     def close(self) -> None:
-        self._channel.close()
+        self._connection.close()
 
     def __enter__(self) -> RemoteLoader:
         return self

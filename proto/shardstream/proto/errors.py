@@ -120,6 +120,7 @@ _BY_CODE: dict[grpc.StatusCode, type[ShardstreamError]] = {
     grpc.StatusCode.NOT_FOUND: DatasetNotFound,
     grpc.StatusCode.DATA_LOSS: CorruptSample,
     grpc.StatusCode.UNAVAILABLE: ServiceUnavailable,
+    grpc.StatusCode.CANCELLED: ServiceUnavailable,  # the service cancelled: it is shutting down
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
 }
 

@@ -1,0 +1,108 @@
+"""The client's link to the service: one gRPC channel, typed errors, and reconnecting.
+
+Reconnecting is safe because every request is idempotent: OpenJob with the
+same name and spec joins the same job (whose plan is a pure function of the
+spec, the dataset and the epoch), and a batch stream is keyed by (job, epoch,
+rank, start step). After a connection reset or a service restart, the client
+opens the job again and resumes the stream at its next batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import grpc
+
+from shardstream.proto import STREAM_BATCHES_METHOD
+from shardstream.proto.errors import ServiceUnavailable, ShardstreamError, from_rpc_error
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.proto.wire import parse_batch
+
+log = logging.getLogger(__name__)
+
+MAX_MESSAGE_BYTES = 1 << 30
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    # Come back quickly after a restart instead of gRPC's default backoff of up to 2 minutes.
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 2000),
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+]
+
+
+class ServiceConnection:
+    def __init__(self, address: str, connect_timeout: float) -> None:
+        self.address = address
+        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self._stub = pb_grpc.LoaderStub(self._channel)
+        # Batches arrive hand-framed (wire.py) and are parsed without copying tensor data.
+        self.stream = self._channel.stream_stream(
+            STREAM_BATCHES_METHOD, request_serializer=pb.StreamControl.SerializeToString,
+            response_deserializer=parse_batch)
+        try:
+            self.wait_ready(connect_timeout)
+        except ServiceUnavailable:
+            self.close()
+            raise
+
+    def wait_ready(self, timeout_s: float) -> None:
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
+        except grpc.FutureTimeoutError:
+            raise ServiceUnavailable(
+                f"cannot reach the shardstream service at {self.address} within {timeout_s:.0f} s"
+            ) from None
+
+    def open_job(self, request: pb.OpenJobRequest, timeout_s: float) -> pb.OpenJobResponse:
+        try:
+            response: pb.OpenJobResponse = self._stub.OpenJob(request, timeout=timeout_s)
+            return response
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def reopen_job(self, request: pb.OpenJobRequest, known: pb.OpenJobResponse, cause: BaseException,
+                   timeout_s: float) -> pb.OpenJobResponse:
+        """Reconnect and open the same job again, retrying with backoff until timeout_s."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.1
+        log.warning("lost the stream from %s (%s); reconnecting", self.address, cause)
+        while True:
+            try:
+                self.wait_ready(max(min(deadline - time.monotonic(), 5.0), 0.01))
+                job = self.open_job(request, max(deadline - time.monotonic(), 0.01))
+                _check_same_job(known, job)
+                log.info("reconnected to %s, job %s", self.address, job.job_id)
+                return job
+            except ServiceUnavailable as exc:
+                if time.monotonic() + delay > deadline:
+                    raise ServiceUnavailable(
+                        f"lost the shardstream service at {self.address} ({cause}) and could not "
+                        f"reconnect within {timeout_s:.0f} s: {exc}") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)
+
+    def status(self, timeout_s: float) -> Any:
+        try:
+            return self._stub.GetStatus(pb.GetStatusRequest(), timeout=timeout_s)
+        except grpc.RpcError as exc:
+            raise from_rpc_error(exc) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _check_same_job(known: pb.OpenJobResponse, job: pb.OpenJobResponse) -> None:
+    for field in ("job_id", "dataset_fingerprint", "num_samples", "batches_per_rank"):
+        if getattr(known, field) != getattr(job, field):
+            raise ShardstreamError(
+                f"after reconnecting, the job's {field} is {getattr(job, field)!r} instead of "
+                f"{getattr(known, field)!r}: the dataset or the service changed under the running job")
+
+
+__all__ = ["CHANNEL_OPTIONS", "ServiceConnection"]

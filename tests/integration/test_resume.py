@@ -1,0 +1,130 @@
+"""state_dict / load_state_dict: resume mid-epoch, at an epoch's end, on another rank, in another
+process, and on another world size with the same global batch."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import subprocess
+import sys
+
+import pytest
+
+from shardstream.client import InvalidJobSpec, RemoteLoader
+from tests.datasets import oracle_batches, write_indexed
+
+N = 96
+SPEC = {"shuffle": True, "seed": 5, "drop_last": False, "job_name": "resume"}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    directory = str(tmp_path_factory.mktemp("resume"))
+    write_indexed(directory, [30, 66])
+    return directory
+
+
+def loader(address: str, dataset: str, world: int, rank: int, batch: int, **extra: object) -> RemoteLoader:
+    options = {**SPEC, **extra}
+    return RemoteLoader(address, dataset=dataset, batch_size=batch, world_size=world, rank=rank,
+                        **options)  # type: ignore[arg-type]
+
+
+def take(it, count: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    return [next(it)["idx"].tolist() for _ in range(count)]
+
+
+def test_mid_epoch_resume_continues_exactly(service_address: str, dataset: str) -> None:
+    with loader(service_address, dataset, 2, 0, 4) as first:
+        first.set_epoch(2)
+        before = take(iter(first), 5)
+        state = pickle.loads(pickle.dumps(first.state_dict()))
+    assert len(pickle.dumps(state)) < 1024  # small
+    with loader(service_address, dataset, 2, 0, 4) as resumed:
+        resumed.load_state_dict(state)
+        resumed.set_epoch(2)  # the usual training loop calls it again; it must not restart the epoch
+        after = [b["idx"].tolist() for b in resumed]
+        assert resumed.epoch == 2
+        following = [b["idx"].tolist() for b in resumed]
+        assert resumed.epoch == 3
+    assert before + after == oracle_batches(N, 2, 0, 4, True, 5, False, 2)
+    assert following == oracle_batches(N, 2, 0, 4, True, 5, False, 3)
+
+
+def test_state_at_the_end_of_an_epoch_rolls_over_exactly_once(service_address: str, dataset: str) -> None:
+    with loader(service_address, dataset, 2, 1, 4) as first:
+        first.set_epoch(6)
+        list(first)
+        state = first.state_dict()
+    with loader(service_address, dataset, 2, 1, 4) as resumed:
+        resumed.load_state_dict(state)
+        assert [b["idx"].tolist() for b in resumed] == oracle_batches(N, 2, 1, 4, True, 5, False, 7)
+        assert [b["idx"].tolist() for b in resumed] == oracle_batches(N, 2, 1, 4, True, 5, False, 8)
+
+
+def test_state_is_rank_agnostic(service_address: str, dataset: str) -> None:
+    with loader(service_address, dataset, 2, 0, 4) as rank0:
+        rank0.set_epoch(1)
+        take(iter(rank0), 3)
+        state = rank0.state_dict()
+    with loader(service_address, dataset, 2, 1, 4) as rank1:
+        rank1.load_state_dict(state)
+        assert [b["idx"].tolist() for b in rank1] == oracle_batches(N, 2, 1, 4, True, 5, False, 1)[3:]
+
+
+def test_resume_in_a_new_process(service_address: str, dataset: str, tmp_path: object) -> None:
+    with loader(service_address, dataset, 2, 1, 4) as first:
+        first.set_epoch(3)
+        take(iter(first), 7)
+        state_path = f"{tmp_path}/state.pkl"
+        with open(state_path, "wb") as f:
+            pickle.dump(first.state_dict(), f)
+    script = (
+        "import json, pickle, sys\n"
+        "from shardstream.client import RemoteLoader\n"
+        "address, dataset, state_path = sys.argv[1:4]\n"
+        "l = RemoteLoader(address, dataset=dataset, batch_size=4, world_size=2, rank=1, shuffle=True, seed=5,\n"
+        "                 drop_last=False, job_name='resume')\n"
+        "l.load_state_dict(pickle.load(open(state_path, 'rb')))\n"
+        "print(json.dumps([b['idx'].tolist() for b in l]))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script, service_address, dataset, state_path],
+                            capture_output=True, text=True, timeout=120, env={**os.environ})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert json.loads(result.stdout) == oracle_batches(N, 2, 1, 4, True, 5, False, 3)[7:]
+
+
+@pytest.mark.parametrize(("world", "batch"), [(4, 2), (1, 8), (8, 1)])
+def test_elastic_resume_keeps_the_global_batches(service_address: str, dataset: str, world: int,
+                                                 batch: int) -> None:
+    """Saved at world 2 x batch 4; resumed at another world size with the same global batch of 8."""
+    with loader(service_address, dataset, 2, 0, 4, job_name="elastic-w2") as first:
+        first.set_epoch(4)
+        take(iter(first), 3)
+        state = first.state_dict()
+    per_rank = []
+    for rank in range(world):
+        with loader(service_address, dataset, world, rank, batch, job_name=f"elastic-w{world}") as resumed:
+            resumed.load_state_dict(state)
+            per_rank.append([b["idx"].tolist() for b in resumed])
+    uninterrupted = [oracle_batches(N, 2, r, 4, True, 5, False, 4) for r in range(2)]
+    expected = [sorted(uninterrupted[0][k] + uninterrupted[1][k]) for k in range(3, len(uninterrupted[0]))]
+    got = [sorted(sum((per_rank[r][k] for r in range(world)), [])) for k in range(len(per_rank[0]))]
+    assert got == expected
+
+
+def test_refusals_name_the_cause(service_address: str, dataset: str) -> None:
+    with loader(service_address, dataset, 2, 0, 4) as first:
+        take(iter(first), 1)
+        state = first.state_dict()
+    with loader(service_address, dataset, 3, 0, 4, job_name="other-w") as other, \
+            pytest.raises(InvalidJobSpec, match="global batch of 8 samples.*3 x batch_size 4 = 12"):
+        other.load_state_dict(state)
+    with loader(service_address, dataset, 2, 0, 4, seed=6, job_name="other-seed") as other, \
+            pytest.raises(InvalidJobSpec, match="different job spec"):
+        other.load_state_dict(state)
+    with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(InvalidJobSpec, match="version"):
+        same.load_state_dict({"epoch": 1})
+    with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(InvalidJobSpec, match="dataset changed"):
+        same.load_state_dict({**state, "dataset_fingerprint": "0" * 16})
