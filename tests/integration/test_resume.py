@@ -110,7 +110,7 @@ def test_elastic_resume_keeps_the_global_batches(service_address: str, dataset: 
             per_rank.append([b["idx"].tolist() for b in resumed])
     uninterrupted = [oracle_batches(N, 2, r, 4, True, 5, False, 4) for r in range(2)]
     expected = [sorted(uninterrupted[0][k] + uninterrupted[1][k]) for k in range(3, len(uninterrupted[0]))]
-    got = [sorted(sum((per_rank[r][k] for r in range(world)), [])) for k in range(len(per_rank[0]))]
+    got = [sorted(i for r in range(world) for i in per_rank[r][k]) for k in range(len(per_rank[0]))]
     assert got == expected
 
 
