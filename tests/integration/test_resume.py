@@ -119,7 +119,7 @@ def test_refusals_name_the_cause(service_address: str, dataset: str) -> None:
         take(iter(first), 1)
         state = first.state_dict()
     with loader(service_address, dataset, 3, 0, 4, job_name="other-w") as other, \
-            pytest.raises(InvalidJobSpec, match="global batch of 8 samples.*3 x batch_size 4 = 12"):
+            pytest.raises(InvalidJobSpec, match=r"global batch of 8 samples.*3 x batch_size 4 = 12"):
         other.load_state_dict(state)
     with loader(service_address, dataset, 2, 0, 4, seed=6, job_name="other-seed") as other, \
             pytest.raises(InvalidJobSpec, match="different job spec"):
