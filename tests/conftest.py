@@ -19,7 +19,8 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 TEST_OBJECT_STORE_BYTES = 256 * 2**20
 
 
-def start_local_ray(num_decoders: int = 2) -> None:
+def start_local_ray(num_decoders: int = 4) -> None:
+    """Room for the shared service (2 decode actors) and a second, test-specific one."""
     import ray
 
     ray.init(num_cpus=2, resources={"decode": num_decoders}, object_store_memory=TEST_OBJECT_STORE_BYTES,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import grpc
@@ -9,7 +10,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from shardstream.client import RemoteLoader
+from shardstream.client import RemoteLoader, ServiceUnavailable
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
@@ -60,13 +61,18 @@ def test_service_starts_before_decode_nodes_and_serves_once_they_join(tmp_path: 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
     try:
         ray.init(address=cluster.address, logging_level="WARNING")
-        service, port = create_server(ServiceConfig(port=0, decode_timeout_s=60))
+        service, port = create_server(ServiceConfig(port=0, decode_timeout_s=3))
         try:
             assert service.pool.size == 0
             data = f"{tmp_path}/data"
             write_indexed(data, [9])
             loader = RemoteLoader(f"127.0.0.1:{port}", dataset=data, batch_size=4, world_size=1, rank=0)
+            started = time.monotonic()
+            with pytest.raises(ServiceUnavailable, match="no decode actor is alive"):
+                next(iter(loader))  # an empty pool is a typed error within the deadline, not a hang
+            assert time.monotonic() - started < 30
             cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
+            loader.set_epoch(0)  # the failed attempt counted as epoch 0 starting; run it again
             assert [b["idx"].tolist() for b in loader] == oracle_batches(9, 1, 0, 4, True, 0, False, 0)
             loader.close()
         finally:

@@ -193,6 +193,8 @@ class RemoteLoader:
                     self.samples_replaced += message.replaced_samples
                     yield tensors
             except (ServiceUnavailable, JobNotFound) as exc:
+                if isinstance(exc, ServiceUnavailable) and exc.from_service:
+                    raise  # the service is up and says it cannot serve (no decoders): not a link failure
                 self.job = self._connection.reopen_job(self._open_request(), self.job, exc,
                                                        self.reconnect_timeout)
                 continue

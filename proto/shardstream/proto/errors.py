@@ -19,6 +19,9 @@ class ShardstreamError(Exception):
     """Base of every shardstream error."""
 
     code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    # True when the service raised it and said so; False for transport failures
+    # (a reset connection, a dead process), which a client may retry.
+    from_service: bool = False
 
 
 class InvalidJobSpec(ShardstreamError, ValueError):
@@ -128,7 +131,9 @@ _BY_CODE: dict[grpc.StatusCode, type[ShardstreamError]] = {
 def from_status(code: grpc.StatusCode, message: str, class_name: str | None) -> ShardstreamError:
     """Rebuild the typed error a service raised from its gRPC status."""
     cls = ERRORS.get(class_name or "") or _BY_CODE.get(code, ShardstreamError)
-    return cls(message or code.name)
+    error = cls(message or code.name)
+    error.from_service = class_name in ERRORS
+    return error
 
 
 def from_rpc_error(error: grpc.RpcError) -> ShardstreamError:

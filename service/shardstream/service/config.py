@@ -27,7 +27,9 @@ class ServiceConfig:
     default_window_bytes: int = 512 * 2**20  # bytes sent and not yet consumed, per stream
     decode_timeout_s: float = 300.0  # deadline for one batch's decode
     row_group_cache_bytes: int = 256 * 2**20  # per decode actor
-    max_message_bytes: int = 1 << 30
+    max_message_bytes: int = 1 << 30  # largest batch message sent
+    max_request_bytes: int = 16 << 20  # largest request accepted (RESOURCE_EXHAUSTED above)
+    job_idle_ttl_s: float = 3600.0  # a job with no open stream for this long is forgotten
     grpc_workers: int = 64  # concurrent RPCs, each stream holds one
     object_store_memory: int | None = None  # embedded Ray only
     metrics_port: int | None = None  # Prometheus /metrics over HTTP; None: off, 0: any free port
@@ -47,6 +49,10 @@ class ServiceConfig:
             raise ValueError("decode_timeout_s must be > 0")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
             raise ValueError(f"metrics_port must be 0..65535, got {self.metrics_port}")
+        if self.max_request_bytes <= 0 or self.max_message_bytes <= 0:
+            raise ValueError("max_request_bytes and max_message_bytes must be > 0")
+        if self.job_idle_ttl_s <= 0:
+            raise ValueError("job_idle_ttl_s must be > 0")
         if self.grpc_workers < 2:
             raise ValueError("grpc_workers must be >= 2")
 

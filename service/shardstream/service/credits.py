@@ -24,6 +24,7 @@ class CreditWindow:
         self._sent: deque[tuple[int, int]] = deque()  # (step, bytes), oldest first
         self._bytes = 0
         self._closed = False
+        self._error: Exception | None = None
         self._cond = threading.Condition()
 
     def acquire(self, step: int, nbytes: int, is_active: Callable[[], bool]) -> bool:
@@ -35,6 +36,8 @@ class CreditWindow:
             )
         with self._cond:
             while len(self._sent) >= self.max_batches or self._bytes + nbytes > self.max_bytes:
+                if self._error is not None:
+                    raise self._error
                 if self._closed or not is_active():
                     return False
                 self._cond.wait(_POLL_S)
@@ -46,6 +49,8 @@ class CreditWindow:
         """Block until the client consumed everything sent; False if the stream ended first."""
         with self._cond:
             while self._sent:
+                if self._error is not None:
+                    raise self._error
                 if self._closed or not is_active():
                     return False
                 self._cond.wait(_POLL_S)
@@ -58,9 +63,11 @@ class CreditWindow:
                 self._bytes -= self._sent.popleft()[1]
             self._cond.notify_all()
 
-    def close(self) -> None:
+    def close(self, error: Exception | None = None) -> None:
+        """No more credit will come; waiters leave (raising `error` if the client misbehaved)."""
         with self._cond:
             self._closed = True
+            self._error = self._error or error
             self._cond.notify_all()
 
     @property

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -45,6 +46,7 @@ class Job:
     decode: DecodeJob
     counters: JobCounters = field(default_factory=JobCounters)
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
+    last_active: float = field(default_factory=time.monotonic)
     _plans: OrderedDict[int, EpochPlan] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -70,6 +72,7 @@ class Job:
     def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0,
               streams: int = 0) -> None:
         with self._lock:
+            self.last_active = time.monotonic()
             c = self.counters
             c.batches_served += batches
             c.samples_served += samples
@@ -122,6 +125,19 @@ class JobRegistry:
                            allowed_transform_modules=self.allowed_transform_modules,
                            seed=spec.seed, on_corrupt=spec.on_corrupt)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode)
+
+    def expire(self, idle_ttl_s: float) -> list[Job]:
+        """Forget jobs with no open stream for idle_ttl_s; clients reopen them on demand."""
+        cutoff = time.monotonic() - idle_ttl_s
+        with self._lock:
+            idle = [j for j in self._jobs.values() if j.counters.active_streams == 0 and j.last_active < cutoff]
+            for job in idle:
+                del self._jobs[job.job_id]
+                if self._by_name.get(job.name) is job:
+                    del self._by_name[job.name]
+        for job in idle:
+            log.info("forgot idle job %s (%r)", job.job_id, job.name)
+        return idle
 
     def get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)

@@ -193,6 +193,14 @@ class DecodePool:
             if job.job_id not in self._job_refs:
                 self._job_refs[job.job_id] = ray.put(job)
 
+    def forget(self, job_id: str) -> None:
+        """Release a job's descriptor here and on every actor."""
+        with self._cond:
+            self._job_refs.pop(job_id, None)
+            actors = [s.actor for s in self._slots if s.state is SlotState.READY]
+        for actor in actors:
+            actor.forget.remote(job_id)
+
     def submit(self, job_id: str, epoch: int, indices: np.ndarray, timeout_s: float) -> Ticket:
         """Send one batch to the least-loaded ready actor (waiting up to timeout_s for one)."""
         deadline = time.monotonic() + timeout_s

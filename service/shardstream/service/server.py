@@ -7,8 +7,9 @@
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from wsgiref.simple_server import WSGIServer
 
 import grpc
@@ -20,17 +21,17 @@ from shardstream.service.config import ServiceConfig
 from shardstream.service.jobs import JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
-from shardstream.service.servicer import LoaderServicer
+from shardstream.service.servicer import LoaderServicer, lenient_parser
 
 log = logging.getLogger(__name__)
 
 ACTOR_START_TIMEOUT_S = 120.0
 
 
-def grpc_options(max_message_bytes: int) -> list[tuple[str, int]]:
+def grpc_options(max_send_bytes: int, max_receive_bytes: int) -> list[tuple[str, int]]:
     return [
-        ("grpc.max_send_message_length", max_message_bytes),
-        ("grpc.max_receive_message_length", max_message_bytes),
+        ("grpc.max_send_message_length", max_send_bytes),
+        ("grpc.max_receive_message_length", max_receive_bytes),
         ("grpc.keepalive_time_ms", 30_000),
         ("grpc.keepalive_timeout_ms", 10_000),
         ("grpc.http2.max_pings_without_data", 0),
@@ -45,13 +46,25 @@ class Service:
     registry: JobRegistry
     health: health.HealthServicer
     metrics: ServiceMetrics
+    config: ServiceConfig
     metrics_server: WSGIServer | None = None
+    _stopped: threading.Event = field(default_factory=threading.Event)
+
+    def __post_init__(self) -> None:
+        threading.Thread(target=self._expire_idle_jobs, name="shardstream-janitor", daemon=True).start()
+
+    def _expire_idle_jobs(self) -> None:
+        interval = min(60.0, self.config.job_idle_ttl_s / 4)
+        while not self._stopped.wait(interval):
+            for job in self.registry.expire(self.config.job_idle_ttl_s):
+                self.pool.forget(job.job_id)
 
     @property
     def metrics_port(self) -> int | None:
         return self.metrics_server.server_port if self.metrics_server else None
 
     def stop(self, grace: float = 5.0) -> None:
+        self._stopped.set()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         if self.metrics_server is not None:
@@ -62,16 +75,18 @@ class Service:
 
 
 def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
-    """The generated registration, except StreamBatches yields pre-framed bytes (no serializer)."""
+    """The generated registration, except that StreamBatches yields pre-framed bytes (no
+    serializer) and requests that do not parse reach the servicer as MalformedRequest, so they
+    get INVALID_ARGUMENT with the parse error instead of gRPC's bare INTERNAL."""
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
         "OpenJob": grpc.unary_unary_rpc_method_handler(
-            servicer.OpenJob, request_deserializer=pb.OpenJobRequest.FromString,
+            servicer.OpenJob, request_deserializer=lenient_parser(pb.OpenJobRequest),
             response_serializer=pb.OpenJobResponse.SerializeToString),
         "GetStatus": grpc.unary_unary_rpc_method_handler(
-            servicer.GetStatus, request_deserializer=pb.GetStatusRequest.FromString,
+            servicer.GetStatus, request_deserializer=lenient_parser(pb.GetStatusRequest),
             response_serializer=pb.ServiceStatus.SerializeToString),
         "StreamBatches": grpc.stream_stream_rpc_method_handler(
-            servicer.StreamBatches, request_deserializer=pb.StreamControl.FromString,
+            servicer.StreamBatches, request_deserializer=lenient_parser(pb.StreamControl),
             response_serializer=None),
     })
 
@@ -83,7 +98,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     registry = JobRegistry(config.allowed_transform_modules)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),
-        options=grpc_options(config.max_message_bytes),
+        options=grpc_options(config.max_message_bytes, config.max_request_bytes),
     )
     metrics = ServiceMetrics(registry, pool)
     server.add_generic_rpc_handlers((_loader_handler(LoaderServicer(config, registry, pool, metrics)),))
@@ -98,7 +113,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     metrics_server = metrics.serve_http(config.host, config.metrics_port) if config.metrics_port is not None else None
     log.info("shardstream serving on %s:%d with %d decode actor(s)", config.host, port, pool.size)
     service = Service(server=server, pool=pool, registry=registry, health=health_servicer,
-                      metrics=metrics, metrics_server=metrics_server)
+                      metrics=metrics, config=config, metrics_server=metrics_server)
     return service, port
 
 

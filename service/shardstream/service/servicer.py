@@ -13,9 +13,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
 import grpc
+from google.protobuf.message import DecodeError, Message
 
 from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.errors import (
@@ -71,6 +73,27 @@ def stream_boundary(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+@dataclass(frozen=True)
+class MalformedRequest:
+    """A request whose bytes did not parse; the servicer refuses it with INVALID_ARGUMENT."""
+
+    message_type: str
+    error: str
+
+    def refuse(self) -> NoReturn:
+        raise InvalidJobSpec(f"malformed {self.message_type}: {self.error}")
+
+
+def lenient_parser(message_cls: type[Message]) -> Callable[[bytes], Message | MalformedRequest]:
+    def parse(data: bytes) -> Message | MalformedRequest:
+        try:
+            return message_cls.FromString(data)
+        except DecodeError as exc:
+            return MalformedRequest(message_cls.__name__, str(exc) or "does not parse")
+
+    return parse
+
+
 def _check_version(version: int) -> None:
     if version != PROTOCOL_VERSION:
         raise ProtocolMismatch(
@@ -90,6 +113,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
 
     @unary_boundary
     def OpenJob(self, request: pb.OpenJobRequest, context: grpc.ServicerContext) -> pb.OpenJobResponse:
+        if isinstance(request, MalformedRequest):
+            request.refuse()
         _check_version(request.protocol_version)
         job = self.registry.open(request.job_name, JobSpec.from_proto(request.spec), request.rank)
         return pb.OpenJobResponse(
@@ -104,6 +129,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
 
     @unary_boundary
     def GetStatus(self, request: pb.GetStatusRequest, context: grpc.ServicerContext) -> pb.ServiceStatus:
+        if isinstance(request, MalformedRequest):
+            request.refuse()
         return pb.ServiceStatus(
             protocol_version=PROTOCOL_VERSION,
             decoders=self.pool.size,
@@ -117,6 +144,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
                       context: grpc.ServicerContext) -> Iterator[bytes]:
         """Yields serialized Batch messages (framed in wire.py); reads credits on a side thread."""
         first = next(requests, None)
+        if isinstance(first, MalformedRequest):
+            first.refuse()
         if first is None or first.WhichOneof("kind") != "open":
             raise InvalidJobSpec("a batch stream must start with an 'open' message")
         request = first.open
@@ -139,15 +168,22 @@ class LoaderServicer(pb_grpc.LoaderServicer):
 def _read_credits(requests: Iterator[pb.StreamControl], window: CreditWindow, job: Job,
                   request: pb.StreamBatchesRequest) -> None:
     """Credits return window room and mark the rank's progress; ends with the RPC."""
+    error: ShardstreamError | None = None
     try:
         for control in requests:
-            if control.WhichOneof("kind") == "credit":
-                window.consume_through(control.credit.consumed_step)
-                job.advance(request.rank, request.epoch, control.credit.consumed_step)
+            if isinstance(control, MalformedRequest):
+                error = InvalidJobSpec(f"malformed {control.message_type} on the stream: {control.error}")
+                break
+            kind = control.WhichOneof("kind")
+            if kind != "credit":
+                error = InvalidJobSpec(f"a batch stream takes one 'open' message, then credits; got {kind!r}")
+                break
+            window.consume_through(control.credit.consumed_step)
+            job.advance(request.rank, request.epoch, control.credit.consumed_step)
     except grpc.RpcError:
         pass  # the client went away; the stream notices through context.is_active()
     finally:
-        window.close()
+        window.close(error)
 
 
 def _job_status(job: Job) -> pb.JobStatus:
