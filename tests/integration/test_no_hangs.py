@@ -47,7 +47,7 @@ def test_client_deadline_when_no_batch_arrives(service_address: str, dataset: st
     started = time.monotonic()
     with RemoteLoader(service_address, dataset=dataset, batch_size=2, world_size=1, rank=0, prefetch=1,
                       timeout=1.0, transform="tests.transforms:slow", transform_args={"delay_s": 3.0}) as loader, \
-            pytest.raises(DeadlineExceeded, match="no batch for job .* within 1 s"):
+            pytest.raises(DeadlineExceeded, match=r"no batch for job .* within 1 s"):
         next(iter(loader))
     assert time.monotonic() - started < 30
 
