@@ -102,13 +102,40 @@ def test_actor_process_sigkilled_mid_epoch(service: tuple[Service, str], dataset
 
 
 @pytest.mark.slow
+def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Service, str], dataset: str) -> None:
+    """Scaling out: a decode node that joins mid-epoch gets an actor, and the actor gets batches."""
+    running, address = service
+    added: list[object] = []
+
+    def add_a_decode_node() -> None:
+        added.append(cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE))
+
+    got = []
+    with RemoteLoader(address, dataset=dataset, batch_size=2, seed=3, world_size=1, rank=0, prefetch=4,
+                      columns=["idx"], job_name="scale-out", transform="tests.transforms:slow",
+                      transform_args={"delay_s": 0.05}) as loader:
+        for step, batch in enumerate(loader):  # 60 batches x 0.1 s: long enough to see the node join
+            got.append(batch["idx"].tolist())
+            if step == 1:
+                add_a_decode_node()
+    assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
+    new_node = added[0].node_id  # type: ignore[attr-defined]
+    decoded_there = sum(done for node, _, done in running.pool.status() if node == new_node)
+    assert decoded_there > 0
+    cluster.remove_node(added[0])  # type: ignore[arg-type]
+    deadline = time.monotonic() + 60
+    while running.pool.size != 2 and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
 def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], dataset: str) -> None:
     running, address = service
     spare = cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
     deadline = time.monotonic() + 60
     while running.pool.size < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert running.pool.size == 3  # the pool follows the cluster: a joining decode node gets an actor
+    assert running.pool.size == 3, running.pool.status()  # a joining decode node gets an actor
 
     def remove_a_decode_node() -> None:
         cluster.remove_node(spare)
@@ -116,8 +143,8 @@ def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], 
     before = running.pool.resubmitted
     got = run_epoch_with_fault(address, dataset, 1, 2, remove_a_decode_node)
     assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
-    assert running.pool.resubmitted > before
+    assert running.pool.resubmitted > before, running.pool.status()
     deadline = time.monotonic() + 60
     while running.pool.size != 2 and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert running.pool.size == 2
+    assert running.pool.size == 2, running.pool.status()

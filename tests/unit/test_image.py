@@ -44,10 +44,13 @@ RGBA = _encode(np.full((25, 35, 4), 200, np.uint8), "PNG")
 @pytest.mark.parametrize(("size", "shape"), [(16, (16, 16)), ([12, 18], (12, 18))])
 def test_output_is_uint8_chw_of_the_requested_size(data: bytes, mode: str, size: Any,
                                                    shape: tuple[int, int]) -> None:
-    out = _run(ImageTransform(size=size, mode=mode), data)
+    transform = ImageTransform(size=size, mode=mode)
+    out = _run(transform, data)
     assert out.dtype == np.uint8
     assert out.shape == (3, *shape)
-    assert out.flags.c_contiguous
+    batch = transform.collate([{"image": out, "label": 1}, {"image": out, "label": 2}])
+    assert batch["image"].shape == (2, 3, *shape) and batch["image"].flags.c_contiguous
+    assert np.array_equal(batch["image"][1], out) and batch["label"].tolist() == [1, 2]
 
 
 def test_grayscale_output_has_one_channel() -> None:
@@ -124,3 +127,16 @@ def test_check_schema_accepts_binary_and_numeric_columns() -> None:
 def test_check_schema_errors(schema: pa.Schema, needle: str) -> None:
     with pytest.raises(InvalidJobSpec, match=needle):
         ImageTransform().check_schema(schema)
+
+
+@pytest.mark.parametrize("mode", ["random_crop", "center_crop", "resize"])
+def test_large_jpeg_decoded_at_reduced_scale_keeps_the_output_contract(mode: str) -> None:
+    """resize_short far below the photo's size lets JPEG decode at 1/2..1/8 scale (draft)."""
+    transform = ImageTransform(size=32, resize_short=40, mode=mode)
+    data = encode_image(400, 300, 7, "JPEG")
+    first, again = _run(transform, data), _run(transform, data)
+    assert first.shape == (3, 32, 32) and first.dtype == np.uint8
+    assert np.array_equal(first, again)
+    needed = transform._needed_size(400, 300)
+    assert needed[0] < 400 and needed[1] < 300  # decoding may shrink the photo
+    assert min(needed) >= 32  # but never below what the crop needs

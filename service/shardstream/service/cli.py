@@ -81,12 +81,14 @@ def _status(address: str) -> int:
     lines = [f"service {address}: protocol v{status.protocol_version}, {status.decoders} decoder(s) "
              f"on {len(nodes)} node(s), up {status.uptime_seconds:.0f} s, {len(status.jobs)} job(s)"]
     for node in sorted(nodes):
-        busy = [d.in_flight for d in status.decoder_status if d.node_id == node]
-        lines.append(f"  node {node[:12]}: {len(busy)} decoder(s), {sum(busy)} batch(es) in flight")
+        here = [d for d in status.decoder_status if d.node_id == node]
+        lines.append(f"  node {node[:12]}: {len(here)} decoder(s), {sum(d.in_flight for d in here)} "
+                     f"batch(es) in flight, {sum(d.decoded for d in here)} decoded")
     for job in status.jobs:
         lines.append(
             f"  job {job.job_id} {job.job_name!r}: {job.num_samples} samples, world {job.world_size}, "
-            f"{job.batches_per_rank} batches/rank; served {job.batches_served} batches, "
+            f"{job.batches_per_rank} batches/rank; {job.samples_per_second:.0f} samples/s now; "
+            f"served {job.batches_served} batches, "
             f"{job.bytes_served / 1e6:.1f} MB, {job.samples_replaced} replaced; "
             f"{job.active_streams} active stream(s)"
         )

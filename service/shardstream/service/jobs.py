@@ -19,6 +19,7 @@ from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflic
 from shardstream.service.batching import DecodeJob, check_job_schema
 from shardstream.service.dataset import DatasetIndex, index_dataset
 from shardstream.service.plan import EpochPlan, SamplingSpec
+from shardstream.service.rate import RateMeter
 from shardstream.service.spec import JobSpec
 from shardstream.service.transforms import build_transform
 
@@ -47,6 +48,7 @@ class Job:
     counters: JobCounters = field(default_factory=JobCounters)
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
     last_active: float = field(default_factory=time.monotonic)
+    throughput: RateMeter = field(default_factory=RateMeter)  # samples served per second
     _plans: OrderedDict[int, EpochPlan] = field(default_factory=OrderedDict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -76,6 +78,8 @@ class Job:
             c = self.counters
             c.batches_served += batches
             c.samples_served += samples
+            if samples:
+                self.throughput.add(samples)
             c.bytes_served += nbytes
             c.samples_replaced += replaced
             c.active_streams += streams

@@ -92,7 +92,7 @@ class _StateCollector(Collector):
                                   "Batches submitted to decode actors and not yet taken, by node",
                                   labels=["node"])
         per_node: dict[str, int] = {}
-        for node, in_flight in status:
+        for node, in_flight, _decoded in status:
             per_node[node] = per_node.get(node, 0) + in_flight
         for node, in_flight in sorted(per_node.items()):
             depth.add_metric([node], in_flight)

@@ -45,6 +45,7 @@ class _Slot:
     probe: Any  # ObjectRef of the first ping: ready when the actor runs
     state: SlotState = SlotState.STARTING
     in_flight: int = 0
+    decoded: int = 0
     node_id: str = ""
 
 
@@ -176,10 +177,10 @@ class DecodePool:
         with self._cond:
             return sum(s.state is SlotState.READY for s in self._slots)
 
-    def status(self) -> list[tuple[str, int]]:
-        """(node id, in-flight batches) of each ready decode actor."""
+    def status(self) -> list[tuple[str, int, int]]:
+        """(node id, in-flight batches, batches decoded) of each ready decode actor."""
         with self._cond:
-            return [(s.node_id, s.in_flight) for s in self._slots if s.state is SlotState.READY]
+            return [(s.node_id, s.in_flight, s.decoded) for s in self._slots if s.state is SlotState.READY]
 
     def ready_actors(self) -> list[tuple[str, Any]]:
         """(node id, actor handle) of each ready decode actor, for operators and fault drills."""
@@ -227,6 +228,8 @@ class DecodePool:
         while True:
             try:
                 result: DecodedBatch = ray.get(ticket.ref, timeout=max(deadline - time.monotonic(), 0.001))
+                with self._cond:
+                    ticket.slot.decoded += 1
                 return result
             except GetTimeoutError:
                 raise DeadlineExceeded(f"a batch took longer than {timeout_s:.0f} s to decode") from None

@@ -136,7 +136,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             decoders=self.pool.size,
             jobs=[_job_status(job) for job in self.registry.all()],
             uptime_seconds=time.monotonic() - self.started,
-            decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n) for node, n in self.pool.status()],
+            decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n, decoded=done)
+                            for node, n, done in self.pool.status()],
         )
 
     @stream_boundary
@@ -193,7 +194,7 @@ def _job_status(job: Job) -> pb.JobStatus:
         batches_per_rank=job.sampling.batches_per_rank, world_size=job.spec.world_size,
         batches_served=c.batches_served, samples_served=c.samples_served,
         bytes_served=c.bytes_served, samples_replaced=c.samples_replaced,
-        active_streams=c.active_streams,
+        active_streams=c.active_streams, samples_per_second=job.throughput.per_second(),
     )
 
 

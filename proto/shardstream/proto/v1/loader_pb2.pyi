@@ -139,7 +139,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams")
+    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -150,6 +150,7 @@ class JobStatus(_message.Message):
     BYTES_SERVED_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_REPLACED_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_STREAMS_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_name: str
     num_samples: int
@@ -160,15 +161,18 @@ class JobStatus(_message.Message):
     bytes_served: int
     samples_replaced: int
     active_streams: int
-    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ...) -> None: ...
+    samples_per_second: float
+    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ...) -> None: ...
 
 class DecoderStatus(_message.Message):
-    __slots__ = ("node_id", "in_flight")
+    __slots__ = ("node_id", "in_flight", "decoded")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     IN_FLIGHT_FIELD_NUMBER: _ClassVar[int]
+    DECODED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     in_flight: int
-    def __init__(self, node_id: _Optional[str] = ..., in_flight: _Optional[int] = ...) -> None: ...
+    decoded: int
+    def __init__(self, node_id: _Optional[str] = ..., in_flight: _Optional[int] = ..., decoded: _Optional[int] = ...) -> None: ...
 
 class ServiceStatus(_message.Message):
     __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status")

@@ -31,6 +31,8 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
 
 def collate(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
     """Stack per-sample values into batch arrays, key by key."""
+    if not samples or not samples[0]:
+        return {}
     keys = samples[0].keys()
     return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in keys}
 
