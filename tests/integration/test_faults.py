@@ -109,12 +109,16 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
 
     def add_a_decode_node() -> None:
         added.append(cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE))
+        deadline = time.monotonic() + 90  # hold the loop (not the service) until the actor is up
+        while running.pool.size < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert running.pool.size == 3, running.pool.status()
 
     got = []
     with RemoteLoader(address, dataset=dataset, batch_size=2, seed=3, world_size=1, rank=0, prefetch=4,
                       columns=["idx"], job_name="scale-out", transform="tests.transforms:slow",
                       transform_args={"delay_s": 0.05}) as loader:
-        for step, batch in enumerate(loader):  # 60 batches x 0.1 s: long enough to see the node join
+        for step, batch in enumerate(loader):
             got.append(batch["idx"].tolist())
             if step == 1:
                 add_a_decode_node()

@@ -33,6 +33,7 @@ from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job, JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
+from shardstream.service.readahead import read_ahead
 from shardstream.service.spec import JobSpec
 from shardstream.service.streaming import check_stream, stream_batches
 
@@ -158,10 +159,10 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         credits = threading.Thread(target=_read_credits, args=(requests, window, job, request),
                                    name=f"shardstream-credits {job.job_id}/{request.rank}", daemon=True)
         credits.start()
+        batches = stream_batches(job, self.pool, request.epoch, request.rank, request.start_step, prefetch,
+                                 window, self.config.decode_timeout_s, context.is_active, self.metrics)
         try:
-            yield from stream_batches(job, self.pool, request.epoch, request.rank, request.start_step,
-                                      prefetch, window, self.config.decode_timeout_s, context.is_active,
-                                      self.metrics)
+            yield from read_ahead(batches, 2, context.is_active, f"shardstream-stream {job.job_id}/{request.rank}")
         finally:
             window.close()
 
