@@ -7,7 +7,7 @@ GEN    := proto/shardstream/proto/v1
 # A CPU build of torch; the project's own requirement is a range.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup demo test lint typecheck proto proto-check clean
+.PHONY: setup demo test bench lint typecheck proto proto-check clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -23,6 +23,12 @@ demo: setup
 
 test: setup proto-check lint typecheck
 	$(PY) -m pytest tests
+
+# Side by side: shardstream, DataLoader, Ray Data and (where TensorFlow installs) tf.data service.
+bench: setup
+	$(PIP) install -q -e ".[dev,bench]"
+	$(PIP) install -q "tensorflow-cpu>=2.15" || echo "tensorflow-cpu did not install: the tf.data service column will be skipped"
+	$(PY) -m bench
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -1,0 +1,113 @@
+"""What one benchmark run measures: workload size, repetitions, cores, batch shape.
+
+Two presets: ``full`` (the default of ``python -m bench``) and ``quick`` (a smoke
+run of the whole harness in a minute or two). Every knob can be overridden from
+the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+CACHE_DIR = BENCH_DIR / ".cache"
+RESULTS_DIR = BENCH_DIR / "results"
+
+MIB = 1 << 20
+SYSTEMS = ("shardstream", "dataloader", "raydata", "tfdata")
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """The JPEG workload: Parquet shards of (image: JPEG bytes, label: int64)."""
+
+    num_samples: int = 16_000
+    num_shards: int = 8
+    image_size: int = 256  # every image is image_size x image_size RGB
+    row_group_rows: int = 256
+    jpeg_quality: int = 90
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return (f"jpeg-{self.num_samples}x{self.image_size}-s{self.num_shards}"
+                f"-rg{self.row_group_rows}-q{self.jpeg_quality}-seed{self.seed}")
+
+
+@dataclass(frozen=True)
+class TransportSpec:
+    """Pre-decoded batches: rows of fixed_size_list<uint8>[row_bytes], no transform."""
+
+    row_bytes: int = 64 * 1024
+    dataset_bytes: int = 128 * MIB  # small enough that the decode actors' row-group cache holds it
+    batch_mib: tuple[int, ...] = (4, 16)
+    shardstream_epochs: int = 8  # measured epochs, after one warm-up epoch
+    raw_bytes: int = 2048 * MIB  # streamed per raw gRPC / raw TCP measurement
+
+    @property
+    def num_rows(self) -> int:
+        return self.dataset_bytes // self.row_bytes
+
+    def batch_rows(self, batch_mib: int) -> int:
+        return batch_mib * MIB // self.row_bytes
+
+    @property
+    def name(self) -> str:
+        return f"u8rows-{self.num_rows}x{self.row_bytes}"
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    workload: WorkloadSpec = field(default_factory=WorkloadSpec)
+    transport: TransportSpec = field(default_factory=TransportSpec)
+    systems: tuple[str, ...] = SYSTEMS
+    repetitions: int = 3
+    cores: int = field(default_factory=lambda: os.cpu_count() or 1)
+    batch_size: int = 64
+    crop: int = 224
+    prefetch: int = 4  # RemoteLoader prefetch (batches); the RSS target's window
+    step_ms: float = 0.0  # simulated accelerator step per batch (sleep), 0 = pure loading
+    run_transport: bool = True
+    consumer_timeout_s: float = 900.0
+    # A measurement during which other processes used more than this many cores is repeated,
+    # up to `retries` times; the least disturbed attempt is kept.
+    max_foreign_load_cores: float = 0.25
+    retries: int = 2
+    quick: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def quick_config() -> BenchConfig:
+    return BenchConfig(
+        workload=WorkloadSpec(num_samples=1_280, num_shards=4, row_group_rows=128),
+        transport=TransportSpec(dataset_bytes=32 * MIB, shardstream_epochs=2, raw_bytes=256 * MIB),
+        repetitions=1,
+        consumer_timeout_s=300.0,
+        quick=True,
+    )
+
+
+def full_config() -> BenchConfig:
+    return BenchConfig()
+
+
+__all__ = [
+    "BENCH_DIR",
+    "CACHE_DIR",
+    "MIB",
+    "REPO_ROOT",
+    "RESULTS_DIR",
+    "SYSTEMS",
+    "BenchConfig",
+    "TransportSpec",
+    "WorkloadSpec",
+    "full_config",
+    "quick_config",
+]

@@ -1,0 +1,136 @@
+"""The benchmark's human-readable output: the systems table, the transport table, the verdict.
+
+Tables are Markdown, so the same text reads well in a terminal and pastes
+into docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from bench.stats import spread
+
+SYSTEM_LABELS = {"shardstream": "shardstream", "dataloader": "torch DataLoader",
+                 "raydata": "Ray Data", "tfdata": "tf.data service"}
+TRANSPORT_LABELS = {"shardstream": "shardstream", "grpc_raw": "raw gRPC", "tcp_raw": "raw TCP"}
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [max(len(str(c)) for c in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(str(c).ljust(w) for c, w in zip(cells, widths, strict=True)) + " |"
+
+    return "\n".join([line(header), "|" + "|".join("-" * (w + 2) for w in widths) + "|",
+                      *(line(r) for r in rows)])
+
+
+def _num(value: Any, spec: str) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return format(value, spec)
+
+
+def short_reason(reason: str, width: int = 80) -> str:
+    """The line of a failure that says most (the last: the exception), cut to `width`."""
+    lines = [line.strip() for line in reason.splitlines() if line.strip()]
+    text = lines[-1] if lines else ""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def systems_table(results: dict[str, Any]) -> str:
+    header = ["system", "samples/s (min-max)", "MB/s", "1st batch s", "consumer CPU-s/1k",
+              "+ children", "server CPU-s/1k", "peak RSS MB", "RSS growth MB", "stall",
+              "other load"]
+    rows = []
+    for name, entry in results["systems"].items():
+        label = SYSTEM_LABELS.get(name, name)
+        if entry["status"] != "ok":
+            rows.append([label, f"{entry['status']}: {short_reason(entry.get('reason', ''))}",
+                         *[""] * 9])
+            continue
+        m = entry["median"]
+        low, high = spread(entry["runs"], "samples_per_s")
+        rows.append([
+            label,
+            f"{_num(m['samples_per_s'], ',.0f')} ({_num(low, ',.0f')}-{_num(high, ',.0f')})",
+            _num(m["mb_per_s"], ",.0f"),
+            _num(m["ttfb_s"], ".2f"),
+            _num(m["cpu_self_per_1k"], ".3f"),
+            _num(m["cpu_children_per_1k"], ".3f"),
+            _num(m.get("server_cpu_per_1k"), ".3f") if "server_cpu_per_1k" in m else "-",
+            _num(m["rss_peak_mb"], ",.0f"),
+            _num(m["rss_growth_mb"], ",.0f"),
+            _num(m["stall_fraction"] * 100, ".0f") + "%",
+            _num(m.get("foreign_load_cores"), ".2f") if "foreign_load_cores" in m else "-",
+        ])
+    return markdown_table(header, rows)
+
+
+def transport_table(results: dict[str, Any]) -> str:
+    transport = results.get("transport") or {}
+    if transport.get("status") != "ok":
+        reason = short_reason(transport.get("reason", "")) or "not run"
+        return f"transport microbenchmark {transport.get('status', 'not run')}: {reason}"
+    kinds = list(TRANSPORT_LABELS)
+    header = ["batch", *(f"{TRANSPORT_LABELS[k]} GB/s" for k in kinds), "shardstream / raw gRPC"]
+    rows = []
+    for mib in transport["batch_mib"]:
+        gbps = {}
+        for kind in kinds:
+            entry = transport["results"].get(kind, {}).get(str(mib))
+            gbps[kind] = entry["median"]["mb_per_s"] / 1000 if entry else math.nan
+        ratio = gbps["shardstream"] / gbps["grpc_raw"] if gbps["grpc_raw"] else math.nan
+        rows.append([f"{mib} MiB", *(_num(gbps[k], ".2f") for k in kinds), _num(ratio, ".2f") + "x"])
+    return markdown_table(header, rows)
+
+
+def targets_text(targets: Sequence[dict[str, Any]]) -> str:
+    lines = []
+    width = max((len(t["name"]) for t in targets), default=0)
+    for t in targets:
+        unit = t["unit"]
+        value = _num(t["value"], ".2f")
+        value = value if value == "n/a" else (value + unit if unit == "x" else f"{value} {unit}")
+        bound = f"{t['threshold']:.2f}{unit}" if unit == "x" else f"{_num(t['threshold'], '.2f')} {unit}"
+        lines.append(f"{t['status']:<4}  {t['name']:<{width}}  {value:>10}  ({t['op']} {bound})  "
+                     f"{t['detail']}")
+    return "\n".join(lines)
+
+
+def service_text(results: dict[str, Any]) -> str:
+    service = results["systems"].get("shardstream", {}).get("service")
+    if not service:
+        return ""
+    return (f"shardstream service: started in {service['start_s']:.1f} s with "
+            f"{int(service['num_decoders'])} decode actor(s); first batch of the first job on the "
+            f"fresh service {service['ttfb_cold_s']:.2f} s (medians over the rounds)")
+
+
+def header_text(results: dict[str, Any]) -> str:
+    machine = results["machine"]
+    versions = machine["versions"]
+    workload = results["workload"]
+    libs = ", ".join(f"{k} {v}" for k, v in versions.items())
+    return (f"{results['date']}  {machine['cores']} cores ({machine['cpu_model']}), "
+            f"{machine['memory_gib']} GiB, GPU: {'yes' if machine['gpu'] else 'no'}, "
+            f"revision {machine['revision']}\n{libs}\n"
+            f"workload {workload['name']}: {workload['samples']:,} JPEGs "
+            f"{workload['image_size']}x{workload['image_size']} (mean {workload['mean_jpeg_kb']:.1f} KB), "
+            f"batch {results['config']['batch_size']}, crop {results['config']['crop']}, "
+            f"{results['config']['repetitions']} repetition(s), medians")
+
+
+def full_report(results: dict[str, Any]) -> str:
+    parts = [header_text(results), "", systems_table(results)]
+    service = service_text(results)
+    if service:
+        parts += ["", service]
+    parts += ["", transport_table(results), "", targets_text(results["targets"])]
+    return "\n".join(parts)
+
+
+__all__ = ["full_report", "markdown_table", "short_reason", "systems_table", "targets_text",
+           "transport_table"]

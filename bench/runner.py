@@ -1,0 +1,289 @@
+"""One benchmark run: the workload, rounds of every system, the transport microbenchmark, the verdict.
+
+A run is ``repetitions`` rounds; each round measures every system once, one
+after another, then the transport microbenchmark. Systems never run side by
+side, and each system's servers are started for its measurement and stopped
+before the next system starts, so every system has the whole machine (the
+same cores) to itself. Interleaving the rounds spreads any slow drift of the
+machine (another workload starting, thermal limits) over all systems alike,
+instead of penalising whichever system ran last. Every measurement is a fresh
+consumer process running a warm-up epoch and a measured epoch.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import math
+import sys
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from bench.config import CACHE_DIR, MIB, BenchConfig
+from bench.consumer import ConsumerFailed, run_consumer
+from bench.machine import load_average, machine_info
+from bench.procstats import process_tree_cpu, tree_cpu_delta
+from bench.results import SCHEMA
+from bench.services import ServerFailed, raw_server, shardstream_service, tfdata_service
+from bench.spec import ConsumerSpec
+from bench.stats import foreign_load_cores, summarize
+from bench.systems.tfrecords import tfrecord_dir
+from bench.targets import all_passed, evaluate
+from bench.workload import describe, jpeg_workload, prime_page_cache, transport_dataset
+
+log = logging.getLogger(__name__)
+
+WARMUP_JOB_BATCHES = 8  # the job that warms a fresh service (and times its cold first batch)
+RAW_KINDS = ("grpc", "tcp")
+
+NOTES = {
+    "shardstream": "`shardstream serve` (embedded Ray, {cores} decode actors) + RemoteLoader("
+                   "prefetch={prefetch}) in the consumer; the service was started and warmed with "
+                   "another job first",
+    "dataloader": "map-style Dataset over the Parquet row groups, Pillow decode, numpy crop/flip; "
+                  "num_workers={cores}, persistent_workers=True, pin_memory={cuda}",
+    "raydata": "local Ray (num_cpus={cores}) in the consumer; read_parquet -> map_batches(batch_size="
+               "{batch}, numpy) -> iter_torch_batches(batch_size={batch})",
+    "tfdata": "1 dispatcher + 1 worker on localhost; TFRecordDataset -> map(decode_jpeg, random_crop, "
+              "random_flip_left_right, transpose) -> batch({batch}) -> distribute(parallel_epochs); "
+              "data: TFRecord files exported from the same Parquet rows (from_generator cannot run on "
+              "tf.data service workers)",
+}
+
+
+class Runner:
+    def __init__(self, config: BenchConfig, command: str) -> None:
+        self.config = config
+        self.command = command
+        now = datetime.now(timezone.utc)
+        self.date = now.isoformat(timespec="seconds")
+        self.run_id = now.strftime("%Y%m%d-%H%M%S")
+        self.work_dir = CACHE_DIR / "runs" / self.run_id
+        self._bar: tqdm[Any] | None = None
+
+    # -- the run --------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        cfg = self.config
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        machine = machine_info()  # before building the workload, whose CPU would count as load
+        workload_dir = jpeg_workload(cfg.workload)
+        prime_page_cache(workload_dir)
+        transport_dir = None
+        if cfg.run_transport:
+            transport_dir = transport_dataset(cfg.transport)
+            prime_page_cache(transport_dir)
+        if machine["load_average_1m_at_start"] > 0.5:
+            log.warning("load average %.2f at start: other processes are busy; numbers will be "
+                        "noisy", machine["load_average_1m_at_start"])
+        systems = {name: self._new_entry(name) for name in cfg.systems}
+        transport = self._new_transport() if transport_dir is not None else {
+            "status": "skipped", "reason": "not requested (--no-transport)"}
+        with tqdm(total=self._planned_runs(), desc="benchmark", unit="run", file=sys.stderr,
+                  dynamic_ncols=True) as self._bar:
+            for rep in range(cfg.repetitions):
+                for name, entry in systems.items():
+                    self._guarded(entry, name, self._runs_per_round(name),
+                                  lambda n=name, e=entry, r=rep: self._round(n, e, workload_dir, r))
+                if transport_dir is not None:
+                    self._guarded(transport, "transport", self._runs_per_round("transport"),
+                                  lambda r=rep, d=transport_dir: self._transport_round(d, r, transport))
+        self._bar = None
+        machine["load_average_1m_at_end"] = load_average()
+        for entry in systems.values():
+            self._finish(entry)
+        if transport.get("status") == "ok":
+            for per_size in transport["results"].values():
+                for entry in per_size.values():
+                    entry["median"] = summarize(entry["runs"])
+        results: dict[str, Any] = {
+            "schema": SCHEMA,
+            "date": self.date,
+            "command": self.command,
+            "quick": cfg.quick,
+            "config": cfg.to_json(),
+            "machine": machine,
+            "workload": describe(workload_dir, cfg.workload),
+            "systems": systems,
+            "transport": transport,
+        }
+        targets = evaluate(results)
+        results["targets"] = [t.to_json() for t in targets]
+        results["all_passed"] = all_passed(targets)
+        return results
+
+    def _runs_per_round(self, what: str) -> int:
+        """Consumer processes one round of a system (or of the transport benchmark) runs."""
+        if what == "transport":
+            return len(self.config.transport.batch_mib) * (1 + len(RAW_KINDS))
+        return 2 if what == "shardstream" else 1  # shardstream: the warm-up job, then the measured one
+
+    def _planned_runs(self) -> int:
+        cfg = self.config
+        kinds = [*cfg.systems, *(["transport"] if cfg.run_transport else [])]
+        return cfg.repetitions * sum(self._runs_per_round(k) for k in kinds)
+
+    def _guarded(self, entry: dict[str, Any], what: str, runs: int,
+                 measure: Callable[[], None]) -> None:
+        """Run one round of `what` unless it already failed or was skipped; record a failure."""
+        done = self._bar.n if self._bar is not None else 0
+        if entry["status"] == "ok":
+            try:
+                measure()
+            except (ConsumerFailed, ServerFailed) as exc:
+                log.error("%s failed: %s", what, exc)
+                entry["status"], entry["reason"] = "failed", str(exc)
+        if self._bar is not None:  # keep the bar's total honest when runs were skipped
+            self._bar.update(max(0, runs - (self._bar.n - done)))
+
+    def _consume(self, spec: ConsumerSpec, label: str) -> dict[str, Any]:
+        if self._bar is not None:
+            self._bar.set_postfix_str(label)
+        try:
+            return run_consumer(spec, self.config.consumer_timeout_s, self.work_dir / f"{label}.log")
+        finally:
+            if self._bar is not None:
+                self._bar.update(1)
+
+    def _measure(self, spec: ConsumerSpec, label: str, server_pid: int | None = None,
+                 ) -> dict[str, Any]:
+        """A measured consumer run, repeated while other work on the machine disturbed it."""
+        cfg = self.config
+        best: dict[str, Any] | None = None
+        for attempt in range(1 + cfg.retries):
+            result = (self._consume(spec, label) if server_pid is None
+                      else self._consume_served(spec, label, server_pid))
+            result["foreign_load_cores"] = foreign_load_cores(result)
+            result["attempt"] = attempt + 1
+            if best is None or result["foreign_load_cores"] < best["foreign_load_cores"]:
+                best = result
+            if not result["foreign_load_cores"] > cfg.max_foreign_load_cores:
+                break
+            if attempt < cfg.retries:
+                log.warning("%s: other processes used %.2f cores during the measurement: repeating it",
+                            label, result["foreign_load_cores"])
+                if self._bar is not None:
+                    self._bar.total += 1
+                    self._bar.refresh()
+        assert best is not None
+        return best
+
+    def _consume_served(self, spec: ConsumerSpec, label: str, server_pid: int) -> dict[str, Any]:
+        """A consumer run, plus the CPU its server's process tree spent meanwhile, per 1000 samples
+        (over the whole consumer run: warm-up and measured epochs)."""
+        before = process_tree_cpu(server_pid)
+        result = self._consume(spec, label)
+        cpu = tree_cpu_delta(before, process_tree_cpu(server_pid))
+        per_1k = 1000 / max(1, result["samples"])
+        result["server_cpu_per_1k"] = sum(cpu.values()) * per_1k
+        for role, seconds in cpu.items():
+            result[f"server_{role}_cpu_per_1k"] = seconds * per_1k
+        return result
+
+    # -- the JPEG workload ------------------------------------------------------------------
+
+    def _new_entry(self, system: str) -> dict[str, Any]:
+        cfg = self.config
+        notes = NOTES[system].format(cores=cfg.cores, prefetch=cfg.prefetch, batch=cfg.batch_size,
+                                     cuda=torch.cuda.is_available())
+        entry: dict[str, Any] = {"status": "ok", "reason": "", "notes": notes, "runs": []}
+        if system == "tfdata" and importlib.util.find_spec("tensorflow") is None:
+            entry["status"] = "skipped"
+            entry["reason"] = "TensorFlow is not installed (pip install tensorflow-cpu)"
+            log.warning("tf.data service skipped: %s", entry["reason"])
+        if system == "shardstream":
+            entry["service_rounds"] = []
+        return entry
+
+    @staticmethod
+    def _finish(entry: dict[str, Any]) -> None:
+        """Medians of a system that ran every round (a failed one keeps its runs, for the record)."""
+        if entry["status"] != "ok":
+            return
+        entry["median"] = summarize(entry["runs"])
+        if "service_rounds" in entry:
+            entry["service"] = summarize(entry.pop("service_rounds"))
+
+    def _workload_spec(self, system: str, dataset: Path, address: str = "", job: str = "",
+                       ) -> ConsumerSpec:
+        cfg = self.config
+        batches_per_epoch = math.ceil(cfg.workload.num_samples / cfg.batch_size)
+        return ConsumerSpec(system=system, dataset=str(dataset), address=address,
+                            batch_size=cfg.batch_size, crop=cfg.crop, workers=cfg.cores,
+                            prefetch=cfg.prefetch, epochs=2, warmup_batches=batches_per_epoch,
+                            job_name=job, step_ms=cfg.step_ms)
+
+    def _round(self, system: str, entry: dict[str, Any], workload_dir: Path, rep: int) -> None:
+        label = f"{system}-rep{rep}"
+        if system == "shardstream":
+            self._shardstream_round(entry, workload_dir, rep)
+        elif system == "tfdata":
+            with tfdata_service(workload_dir, self.work_dir) as service:
+                entry["runs"].append(self._measure(self._workload_spec(
+                    "tfdata", tfrecord_dir(workload_dir), service.announced), label, service.pid))
+        else:
+            entry["runs"].append(self._measure(self._workload_spec(system, workload_dir), label))
+
+    def _shardstream_round(self, entry: dict[str, Any], workload_dir: Path, rep: int) -> None:
+        cfg = self.config
+        with shardstream_service(cfg.cores, self.work_dir) as service:
+            address = f"127.0.0.1:{service.announced}"
+            warm = self._workload_spec("shardstream", workload_dir, address,
+                                       f"bench-{self.run_id}-warmup{rep}")
+            warm.epochs, warm.warmup_batches, warm.max_batches = 1, 1, WARMUP_JOB_BATCHES
+            cold = self._consume(warm, f"shardstream-warmup-rep{rep}")
+            entry["runs"].append(self._measure(self._workload_spec(
+                "shardstream", workload_dir, address, f"bench-{self.run_id}-rep{rep}"),
+                f"shardstream-rep{rep}", service.pid))
+        entry["service_rounds"].append({"start_s": service.start_s, "ttfb_cold_s": cold["ttfb_s"],
+                                        "num_decoders": cfg.cores})
+
+    # -- the transport microbenchmark ---------------------------------------------------------
+
+    def _new_transport(self) -> dict[str, Any]:
+        spec = self.config.transport
+        kinds = ["shardstream", *(f"{k}_raw" for k in RAW_KINDS)]
+        return {
+            "status": "ok",
+            "reason": "",
+            "batch_mib": list(spec.batch_mib),
+            "dataset": {"name": spec.name, "rows": spec.num_rows, "row_bytes": spec.row_bytes,
+                        "bytes": spec.num_rows * spec.row_bytes},
+            "notes": ("shardstream: Parquet fixed_size_list<uint8> rows, no transform (read + frame), "
+                      f"one warm-up epoch then {spec.shardstream_epochs} measured epochs into "
+                      "RemoteLoader tensors; raw gRPC: bytes messages, no protobuf, no copy; raw TCP: "
+                      "sendall -> recv_into a reused buffer; each in its own server and consumer "
+                      "process on loopback; GB/s = 1e9 bytes/s"),
+            "results": {kind: {str(mib): {"runs": []} for mib in spec.batch_mib} for kind in kinds},
+        }
+
+    def _transport_round(self, dataset: Path, rep: int, transport: dict[str, Any]) -> None:
+        cfg, spec = self.config, self.config.transport
+        results = transport["results"]
+        with shardstream_service(cfg.cores, self.work_dir, log_name="service-transport.log") as service:
+            address = f"127.0.0.1:{service.announced}"
+            for mib in spec.batch_mib:
+                rows = spec.batch_rows(mib)
+                results["shardstream"][str(mib)]["runs"].append(self._measure(ConsumerSpec(
+                    system="shardstream", dataset=str(dataset), address=address, batch_size=rows,
+                    transform=False, columns=["x"], prefetch=cfg.prefetch,
+                    epochs=1 + spec.shardstream_epochs, warmup_batches=math.ceil(spec.num_rows / rows),
+                    job_name=f"bench-{self.run_id}-transport-{mib}-{rep}"),
+                    f"transport-shardstream-{mib}MiB-rep{rep}", service.pid))
+        for kind in RAW_KINDS:
+            with raw_server(kind, self.work_dir) as server:
+                for mib in spec.batch_mib:
+                    size = mib * MIB
+                    results[f"{kind}_raw"][str(mib)]["runs"].append(self._measure(ConsumerSpec(
+                        system=f"{kind}_raw", address=server.announced,
+                        batch_size=spec.batch_rows(mib), message_bytes=size,
+                        message_count=max(2, spec.raw_bytes // size), row_bytes=spec.row_bytes),
+                        f"transport-{kind}-{mib}MiB-rep{rep}", server.pid))
+
+
+__all__ = ["Runner"]

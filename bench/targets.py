@@ -1,0 +1,130 @@
+"""The targets of issue 3, evaluated on one run's results: PASS, FAIL, or SKIP when a figure is missing.
+
+Every ratio compares figures measured in the same run, on the same machine,
+as medians over repetitions. ``evaluate(results)`` takes the results document
+(see ``bench.results``) and returns one ``Target`` per line of the verdict.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
+
+THROUGHPUT_VS = {"dataloader": ("torch DataLoader", 0.95), "raydata": ("Ray Data", 2.5),
+                 "tfdata": ("tf.data service", 1.3)}
+CPU_VS_DATALOADER = 0.10
+TRANSPORT_VS_GRPC = 0.80
+TRANSPORT_MIN_GBPS = 1.0
+TTFB_MAX_S = 1.0
+RSS_SLACK = 1.10
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    status: str  # PASS | FAIL | SKIP
+    value: float | None  # the figure compared with the threshold (a ratio, GB/s, s or MB)
+    op: str  # ">=" | "<="
+    threshold: float
+    unit: str  # "x" for ratios
+    detail: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def verdict(value: float | None, op: str, threshold: float) -> str:
+    if value is None or not math.isfinite(value):
+        return SKIP
+    if op == ">=":
+        return PASS if value >= threshold else FAIL
+    if op == "<=":
+        return PASS if value <= threshold else FAIL
+    raise ValueError(f"unknown comparison {op!r}")
+
+
+def _target(name: str, value: float | None, op: str, threshold: float, unit: str,
+            detail: str) -> Target:
+    return Target(name, verdict(value, op, threshold), value, op, threshold, unit, detail)
+
+
+def _median(results: dict[str, Any], system: str, key: str) -> float | None:
+    entry = results.get("systems", {}).get(system, {})
+    if entry.get("status") != "ok":
+        return None
+    value = entry.get("median", {}).get(key)
+    return float(value) if value is not None else None
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    if a is None or b is None or b == 0:
+        return None
+    return a / b
+
+
+def _transport_gbps(results: dict[str, Any], kind: str, mib: int) -> float | None:
+    transport = results.get("transport") or {}
+    if transport.get("status") != "ok":
+        return None
+    entry = transport.get("results", {}).get(kind, {}).get(str(mib))
+    if not entry or "mb_per_s" not in entry.get("median", {}):
+        return None
+    return float(entry["median"]["mb_per_s"]) / 1000.0
+
+
+def _fmt(value: float | None, spec: str = ".0f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def evaluate(results: dict[str, Any]) -> list[Target]:
+    targets: list[Target] = []
+    ours = _median(results, "shardstream", "samples_per_s")
+    for system, (label, threshold) in THROUGHPUT_VS.items():
+        theirs = _median(results, system, "samples_per_s")
+        targets.append(_target(
+            f"samples/s vs {label}", _ratio(ours, theirs), ">=", threshold, "x",
+            f"shardstream {_fmt(ours)} / {label} {_fmt(theirs)} samples/s"))
+
+    our_cpu = _median(results, "shardstream", "cpu_total_per_1k")
+    dl_cpu = _median(results, "dataloader", "cpu_total_per_1k")
+    targets.append(_target(
+        "consumer CPU/sample vs DataLoader (main+workers)", _ratio(our_cpu, dl_cpu), "<=",
+        CPU_VS_DATALOADER, "x",
+        f"shardstream {_fmt(our_cpu, '.3f')} / DataLoader {_fmt(dl_cpu, '.3f')} CPU-s per 1000 samples"))
+
+    for mib in (results.get("transport") or {}).get("batch_mib", []):
+        ours_gbps = _transport_gbps(results, "shardstream", mib)
+        grpc_gbps = _transport_gbps(results, "grpc_raw", mib)
+        targets.append(_target(
+            f"transport {mib} MiB vs raw gRPC", _ratio(ours_gbps, grpc_gbps), ">=",
+            TRANSPORT_VS_GRPC, "x",
+            f"shardstream {_fmt(ours_gbps, '.2f')} / raw gRPC {_fmt(grpc_gbps, '.2f')} GB/s"))
+        targets.append(_target(
+            f"transport {mib} MiB throughput", ours_gbps, ">=", TRANSPORT_MIN_GBPS, "GB/s",
+            "pre-decoded batches, service -> RemoteLoader tensors"))
+
+    ttfb = _median(results, "shardstream", "ttfb_s")
+    targets.append(_target("time to first batch, running service", ttfb, "<=", TTFB_MAX_S, "s",
+                           "new job on a started, warmed service: RemoteLoader() to first batch"))
+
+    growth = _median(results, "shardstream", "rss_growth_mb")
+    batch_mb = _median(results, "shardstream", "batch_bytes")
+    prefetch = (results.get("config") or {}).get("prefetch")
+    window = batch_mb * prefetch / 1e6 if batch_mb is not None and prefetch else None
+    limit = window * RSS_SLACK if window is not None else math.nan
+    targets.append(_target(
+        "consumer peak RSS growth", growth if window is not None else None, "<=", limit, "MB",
+        f"prefetch window {prefetch} x {_fmt(batch_mb and batch_mb / 1e6, '.2f')} MB "
+        f"= {_fmt(window, '.1f')} MB, +10%"))
+    return targets
+
+
+def all_passed(targets: list[Target]) -> bool:
+    return all(t.status == PASS for t in targets)
+
+
+__all__ = ["FAIL", "PASS", "SKIP", "Target", "all_passed", "evaluate", "verdict"]

@@ -1,0 +1,111 @@
+"""bench.targets: the PASS/FAIL/SKIP verdict of issue 3's targets, from a results document."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from bench.targets import FAIL, PASS, SKIP, all_passed, evaluate, verdict
+
+
+def _system(samples_per_s: float, cpu_total_per_1k: float = 1.0, **extra: float) -> dict[str, Any]:
+    median = {"samples_per_s": samples_per_s, "cpu_total_per_1k": cpu_total_per_1k, **extra}
+    return {"status": "ok", "runs": [median], "median": median}
+
+
+def _transport(ours: float, grpc: float) -> dict[str, Any]:
+    def entry(mb_per_s: float) -> dict[str, Any]:
+        return {"4": {"runs": [], "median": {"mb_per_s": mb_per_s}}}
+
+    return {"status": "ok", "batch_mib": [4],
+            "results": {"shardstream": entry(ours), "grpc_raw": entry(grpc), "tcp_raw": entry(5000.0)}}
+
+
+def _results(**overrides: Any) -> dict[str, Any]:
+    results: dict[str, Any] = {
+        "config": {"prefetch": 4},
+        "systems": {
+            "shardstream": _system(1000.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6),
+            "dataloader": _system(1000.0, 1.0),
+            "raydata": _system(400.0),
+            "tfdata": _system(700.0),
+        },
+        "transport": _transport(1200.0, 1400.0),
+    }
+    results.update(overrides)
+    return results
+
+
+def _by_name(targets: list[Any]) -> dict[str, Any]:
+    return {t.name: t for t in targets}
+
+
+@pytest.mark.parametrize(("value", "op", "threshold", "expected"), [
+    (1.0, ">=", 0.95, PASS), (0.94, ">=", 0.95, FAIL), (0.95, ">=", 0.95, PASS),
+    (0.05, "<=", 0.10, PASS), (0.11, "<=", 0.10, FAIL), (None, ">=", 1.0, SKIP),
+    (float("nan"), "<=", 1.0, SKIP),
+])
+def test_verdict(value: float | None, op: str, threshold: float, expected: str) -> None:
+    assert verdict(value, op, threshold) == expected
+
+
+def test_verdict_refuses_an_unknown_comparison() -> None:
+    with pytest.raises(ValueError):
+        verdict(1.0, "==", 1.0)
+
+
+def test_every_target_passes_on_good_figures() -> None:
+    targets = evaluate(_results())
+    assert [t.status for t in targets] == [PASS] * len(targets), targets
+    assert all_passed(targets)
+    names = {t.name for t in targets}
+    assert "samples/s vs torch DataLoader" in names
+    assert "transport 4 MiB vs raw gRPC" in names
+    assert "transport 4 MiB throughput" in names
+
+
+def test_ratios_are_shardstream_over_the_other_system() -> None:
+    results = _results()
+    results["systems"]["dataloader"] = _system(2000.0, 1.0)
+    t = _by_name(evaluate(results))["samples/s vs torch DataLoader"]
+    assert t.status == FAIL
+    assert t.value == pytest.approx(0.5)
+    assert t.threshold == 0.95
+
+
+def test_cpu_target_compares_against_dataloader_main_plus_workers() -> None:
+    results = _results()
+    results["systems"]["shardstream"]["median"]["cpu_total_per_1k"] = 0.2
+    t = _by_name(evaluate(results))["consumer CPU/sample vs DataLoader (main+workers)"]
+    assert t.value == pytest.approx(0.2)
+    assert t.status == FAIL
+
+
+def test_transport_targets_need_80_percent_of_grpc_and_1_gbps() -> None:
+    targets = _by_name(evaluate(_results(transport=_transport(900.0, 1000.0))))
+    assert targets["transport 4 MiB vs raw gRPC"].status == PASS
+    assert targets["transport 4 MiB throughput"].status == FAIL
+    assert targets["transport 4 MiB throughput"].value == pytest.approx(0.9)
+
+
+def test_rss_target_is_the_prefetch_window_plus_ten_percent() -> None:
+    results = _results()
+    results["systems"]["shardstream"]["median"]["rss_growth_mb"] = 44.5  # window 4 x 10 MB = 40 MB
+    t = _by_name(evaluate(results))["consumer peak RSS growth"]
+    assert t.threshold == pytest.approx(44.0)
+    assert t.status == FAIL
+
+
+def test_a_skipped_system_skips_its_targets_only() -> None:
+    results = _results()
+    results["systems"]["tfdata"] = {"status": "skipped", "reason": "TensorFlow is not installed"}
+    targets = _by_name(evaluate(results))
+    assert targets["samples/s vs tf.data service"].status == SKIP
+    assert targets["samples/s vs Ray Data"].status == PASS
+    assert not all_passed(list(targets.values()))
+
+
+def test_missing_transport_yields_no_transport_targets() -> None:
+    targets = evaluate(_results(transport={"status": "skipped", "reason": "--no-transport"}))
+    assert not [t for t in targets if t.name.startswith("transport")]
