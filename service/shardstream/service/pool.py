@@ -234,6 +234,8 @@ class DecodePool:
             except GetTimeoutError:
                 raise DeadlineExceeded(f"a batch took longer than {timeout_s:.0f} s to decode") from None
             except RayActorError as exc:
+                if self._stopped.is_set():
+                    raise ServiceUnavailable("the service is shutting down") from None
                 with self._cond:
                     self._bury(ticket.slot, type(exc).__name__)
                 self._reconcile()
@@ -248,6 +250,7 @@ class DecodePool:
             ticket.slot.in_flight -= 1
 
     def shutdown(self) -> None:
+        """Stop watching and kill the actors; batches still decoding end with ServiceUnavailable."""
         self._stopped.set()
         self._watcher.join(timeout=5)
         with self._cond:
