@@ -25,6 +25,7 @@ def connect_ray(config: ServiceConfig) -> None:
     decoders = config.num_decoders or cpus
     log.info("starting an embedded local Ray: %d CPU(s), %d decoder(s)", cpus, decoders)
     ray.init(
+        address="local",  # always a new local Ray, never one that `ray start` left on the machine
         num_cpus=max(cpus, int(decoders * config.decoder_cpus + 0.999)),
         resources={DECODE_RESOURCE: decoders},
         object_store_memory=config.object_store_memory,
