@@ -20,11 +20,24 @@ TEST_OBJECT_STORE_BYTES = 256 * 2**20
 
 
 def start_local_ray(num_decoders: int = 4) -> None:
-    """Room for the shared service (2 decode actors) and a second, test-specific one."""
+    """Room for the shared service (2 decode actors) and a second, test-specific one.
+
+    A new local Ray every time (never one left running on the machine); one retry,
+    because a Ray node sometimes times out starting while the previous module's
+    cluster is still shutting down on this small machine.
+    """
     import ray
 
-    ray.init(num_cpus=2, resources={"decode": num_decoders}, object_store_memory=TEST_OBJECT_STORE_BYTES,
-             include_dashboard=False, logging_level="WARNING")
+    for attempt in (1, 2):
+        try:
+            ray.init(address="local", num_cpus=2, resources={"decode": num_decoders},
+                     object_store_memory=TEST_OBJECT_STORE_BYTES, include_dashboard=False,
+                     logging_level="WARNING")
+            return
+        except Exception:
+            ray.shutdown()
+            if attempt == 2:
+                raise
 
 
 @pytest.fixture(scope="module")
