@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
 
 import grpc
 
@@ -86,12 +85,6 @@ class ServiceConnection:
                         f"reconnect within {timeout_s:.0f} s: {exc}") from None
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
-
-    def status(self, timeout_s: float) -> Any:
-        try:
-            return self._stub.GetStatus(pb.GetStatusRequest(), timeout=timeout_s)
-        except grpc.RpcError as exc:
-            raise from_rpc_error(exc) from None
 
     def close(self) -> None:
         self._channel.close()

@@ -46,8 +46,11 @@ def check_stream(job: Job, epoch: int, rank: int, start_step: int) -> None:
 def stream_batches(job: Job, pool: DecodePool, epoch: int, rank: int, start_step: int,
                    prefetch: int, window: CreditWindow, decode_timeout_s: float,
                    is_active: Callable[[], bool], observer: StreamObserver | None = None) -> Iterator[bytes]:
-    """Serialized Batch messages, in step order, each sent only within credit."""
-    check_stream(job, epoch, rank, start_step)
+    """Serialized Batch messages, in step order, each sent only within credit.
+
+    The caller has validated (epoch, rank, start_step) with check_stream, before
+    committing any resources to the stream.
+    """
     steps = job.sampling.batches_per_rank
     plan = job.plan(epoch)
     pool.register(job.decode)
