@@ -1,7 +1,9 @@
-"""Batch messages -> torch tensors: one copy, right dtype and shape, writable, pin only with CUDA."""
+"""Batch messages -> torch tensors: views without CUDA, right dtype and shape, writable, pin only with CUDA."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -31,12 +33,41 @@ def test_round_trip_values_dtype_and_shape(dtype: str) -> None:
     assert np.array_equal(tensor.numpy(), source)
 
 
-def test_tensors_own_their_memory_and_are_writable() -> None:
-    batch = _batch(x=np.zeros(4, np.float32))
-    tensor = batch_to_tensors(batch, pin=False)["x"]
-    tensor += 1  # would be undefined behaviour on a view of immutable protobuf bytes
-    again = batch_to_tensors(batch, pin=False)["x"]
-    assert tensor.tolist() == [1.0] * 4 and again.tolist() == [0.0] * 4
+def test_without_pinning_tensors_are_views_of_the_message() -> None:
+    message = encode_batch(0, 0, 0, {"x": np.arange(1000, dtype=np.uint8)}, np.array([], np.int64))
+    tensor = batch_to_tensors(parse_batch(message), pin=False)["x"]
+    start = np.frombuffer(message, np.uint8).ctypes.data
+    assert start <= tensor.data_ptr() < start + len(message)
+
+
+def test_views_are_writable_and_belong_to_their_batch_alone() -> None:
+    first, second = _batch(x=np.zeros(4, np.float32)), _batch(x=np.zeros(4, np.float32))
+    tensor = batch_to_tensors(first, pin=False)["x"]
+    tensor += 1
+    assert tensor.tolist() == [1.0] * 4
+    assert batch_to_tensors(second, pin=False)["x"].tolist() == [0.0] * 4
+
+
+def test_misaligned_data_is_copied_not_viewed() -> None:
+    # Name lengths shift the data's offset in the message; some offsets are not 8-byte aligned.
+    for name in ("a", "ab", "abc", "abcd", "abcde", "abcdef", "abcdefg"):
+        message = encode_batch(0, 0, 0, {name: np.arange(5, dtype=np.int64)}, np.array([], np.int64))
+        tensor = batch_to_tensors(parse_batch(message), pin=False)[name]
+        assert tensor.data_ptr() % 8 == 0
+        assert tensor.tolist() == [0, 1, 2, 3, 4]
+
+
+def test_no_warning_reaches_the_user() -> None:
+    # A fresh interpreter: torch warns about a read-only buffer once per process, and pytest
+    # resets warning filters around each test.
+    code = ("import numpy as np; from shardstream.client.tensors import batch_to_tensors; "
+            "from shardstream.proto.wire import encode_batch, parse_batch; "
+            "m = encode_batch(0, 0, 0, {'x': np.zeros(4, np.uint8)}, np.array([], np.int64)); "
+            "print(batch_to_tensors(parse_batch(m), pin=False)['x'].tolist())")
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 0, 0, 0]" and "Warning" not in done.stderr
 
 
 def test_empty_batch_tensor() -> None:

@@ -7,7 +7,18 @@ import pyarrow as pa
 import pytest
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
-from shardstream.service.transforms.columns import check_schema, column_to_array, table_to_arrays
+from shardstream.service.reader import Piece
+from shardstream.service.transforms.columns import check_schema, gather_arrays
+
+
+def column_to_array(name: str, column: pa.ChunkedArray) -> np.ndarray:
+    """Every row of one column, through the decode actors' gather path."""
+    return table_to_arrays(pa.table({name: column}))[name]
+
+
+def table_to_arrays(table: pa.Table) -> dict[str, np.ndarray]:
+    everything = np.arange(table.num_rows)
+    return gather_arrays([Piece(table, everything, everything)], table.num_rows)
 
 
 @pytest.mark.parametrize("kind", [pa.int8(), pa.int16(), pa.int32(), pa.int64(), pa.uint8(),
@@ -40,6 +51,30 @@ def test_chunked_and_sliced_columns() -> None:
 def test_empty_column() -> None:
     lists = pa.FixedSizeListArray.from_arrays(pa.array([], pa.float32()), 3)
     assert column_to_array("v", pa.chunked_array([lists])).shape == (0, 3)
+
+
+def test_rows_are_gathered_from_several_row_groups_into_their_batch_positions() -> None:
+    first = pa.table({"v": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(8, dtype=np.uint8)), 2),
+                      "s": pa.array([10, 11, 12, 13])})
+    second = pa.table({"v": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(8, 14, dtype=np.uint8)), 2),
+                       "s": pa.array([14, 15, 16])})
+    pieces = [Piece(first, np.array([3, 0]), np.array([0, 2])),  # scattered positions
+              Piece(second, np.array([2, 1, 0]), np.array([3, 4, 5])),  # a contiguous run
+              Piece(first, np.array([1]), np.array([1]))]
+    arrays = gather_arrays(pieces, 6)
+    np.testing.assert_array_equal(arrays["s"], [13, 11, 10, 16, 15, 14])
+    np.testing.assert_array_equal(arrays["v"], [[6, 7], [2, 3], [0, 1], [12, 13], [10, 11], [8, 9]])
+    assert arrays["v"].dtype == np.uint8
+
+
+def test_nulls_outside_the_batch_rows_do_not_matter() -> None:
+    lists = pa.FixedSizeListArray.from_arrays(pa.array([1, 2, 3, None, 5, 6], pa.int32()), 2,
+                                              mask=pa.array([False, False, True]))
+    table = pa.table({"v": lists, "s": pa.array([1, None, 3])})
+    arrays = gather_arrays([Piece(table, np.array([0]), np.array([0]))], 1)
+    np.testing.assert_array_equal(arrays["v"], [[1, 2]])
+    with pytest.raises(CorruptSample, match="'v' has 1 null"):
+        gather_arrays([Piece(table, np.array([0, 1]), np.array([0, 1]))], 2)
 
 
 def test_table_to_arrays_keeps_column_names_and_order() -> None:

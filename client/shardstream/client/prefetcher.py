@@ -1,8 +1,8 @@
-"""One batch stream: background threads receive and convert, the loop dequeues and returns credit.
+"""One batch stream: a background thread receives and converts, the loop dequeues and returns credit.
 
-One thread only receives (so gRPC keeps reading the socket), another makes
-the single copy of each message into (pinned) tensors; neither runs on the
-training loop. The service never has more than
+The thread turns each message into tensors as it arrives (a view, or the
+one copy into pinned memory), off the training loop. The service never has
+more than
 the stream's window (batches and bytes) sent and not yet consumed, so the
 queue here is bounded by that window. Credit for a batch goes back when the
 loop asks for the next one, so the window also covers the batch in the
@@ -53,19 +53,15 @@ class StreamPrefetcher:
                  convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str) -> None:
         self._controls: queue.Queue[pb.StreamControl | None] = queue.Queue()
         self._controls.put(pb.StreamControl(open=open_request))
-        self._raw: queue.Queue[BatchView | _End] = queue.Queue()
         self._received: queue.Queue[Converted | _End] = queue.Queue()
         self._convert = convert
         self._timeout_s = timeout_s
         self._describe = describe
         self._closed = threading.Event()
         self._call = stream(self._control_messages())
-        self._threads = [
-            threading.Thread(target=self._receive, name=f"shardstream-receive {describe}", daemon=True),
-            threading.Thread(target=self._convert_all, name=f"shardstream-convert {describe}", daemon=True),
-        ]
-        for thread in self._threads:
-            thread.start()
+        self._thread = threading.Thread(target=self._receive, name=f"shardstream-receive {describe}",
+                                        daemon=True)
+        self._thread.start()
 
     def _control_messages(self) -> Iterator[pb.StreamControl]:
         while True:
@@ -78,28 +74,15 @@ class StreamPrefetcher:
         end = _End()
         try:
             for view in self._call:
-                self._raw.put(view)
+                header = BatchHeader(view.epoch, view.step, view.replaced_samples)
+                self._received.put((header, self._convert(view)))
+                del view  # the tensors keep what they need of the message
         except grpc.RpcError as exc:
             if not self._closed.is_set():
                 end = _End(from_rpc_error(exc))
         except Exception as exc:
             end = _End(exc)
-        self._raw.put(end)
-
-    def _convert_all(self) -> None:
-        while True:
-            item = self._raw.get()
-            if isinstance(item, _End):
-                self._received.put(item)
-                return
-            try:
-                header = BatchHeader(item.epoch, item.step, item.replaced_samples)
-                tensors = self._convert(item)
-                del item  # release the received message: only its copy in tensor memory stays
-                self._received.put((header, tensors))
-            except Exception as exc:
-                self._received.put(_End(exc))
-                return
+        self._received.put(end)
 
     def credit(self, consumed_step: int) -> None:
         """The loop has taken every batch up to and including `consumed_step`."""
@@ -126,11 +109,9 @@ class StreamPrefetcher:
         self._closed.set()
         self._controls.put(None)
         self._call.cancel()
-        self._raw.put(_End())  # lets the converter leave even if the receiver is stuck
-        for thread in self._threads:
-            thread.join(timeout=5.0)
-            if thread.is_alive():
-                log.warning("%s did not stop within 5 s", thread.name)
+        self._thread.join(timeout=5.0)
+        if self._thread.is_alive():
+            log.warning("%s did not stop within 5 s", self._thread.name)
 
 
 __all__ = ["StreamPrefetcher"]

@@ -1,17 +1,27 @@
-"""Batch messages -> dict[str, torch.Tensor], with one copy, into pinned memory on CUDA hosts.
+"""Batch messages -> dict[str, torch.Tensor]: no copy on CPU hosts, one into pinned memory with CUDA.
 
-The bytes of a protobuf message are immutable, so each tensor is copied once
-into memory torch owns; when a GPU is present that memory is page-locked so
-``.to(device, non_blocking=True)`` overlaps the copy with compute (the
-pattern of torch's DataLoader ``pin_memory``).
+Without an accelerator a tensor is a view of the received message
+(``torch.frombuffer``): the message was made for this batch alone and nothing
+else references it, so the tensor may be written in place like any other.
+Data that is not aligned for its dtype is copied, as is everything when a GPU
+is present: then the one copy goes into page-locked memory, so
+``.to(device, non_blocking=True)`` overlaps the host-to-device copy with
+compute (the pattern of torch's DataLoader ``pin_memory``).
 """
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 
-from shardstream.proto.wire import BatchView
+from shardstream.proto.wire import BatchView, TensorView
+
+# The message bytes are read-only to Python, but this batch is their only user. Scoped to this
+# module and installed once: ``catch_warnings`` would race with the training thread's filters.
+warnings.filterwarnings("ignore", message="The given buffer is not writable", category=UserWarning,
+                        module=__name__)
 
 TORCH_DTYPES: dict[str, torch.dtype] = {
     "bool": torch.bool,
@@ -27,18 +37,24 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
 
 
 def batch_to_tensors(batch: BatchView, pin: bool) -> dict[str, torch.Tensor]:
-    """The one copy: from the received message into tensor memory (pinned if `pin`).
+    """Pinned copies from torch's caching host allocator (which hands freed pinned blocks
+    out again, so steady-state batches reuse pinned buffers) when `pin`, else views."""
+    return {view.name: _pinned_copy(view) if pin else _view(view) for view in batch.tensors}
 
-    Pinned tensors come from torch's caching host allocator, which hands freed
-    pinned blocks out again, so steady-state batches reuse pinned buffers.
-    """
-    out: dict[str, torch.Tensor] = {}
-    for view in batch.tensors:
-        source = view.array()
-        tensor = torch.empty(source.shape, dtype=TORCH_DTYPES[view.dtype], pin_memory=pin)
-        np.copyto(tensor.numpy(), source)
-        out[view.name] = tensor
-    return out
+
+def _view(view: TensorView) -> torch.Tensor:
+    source = view.array()  # checks dtype and size against the shape
+    if not source.flags.aligned or source.size == 0:
+        return torch.from_numpy(source.copy())
+    flat = torch.frombuffer(view.data, dtype=TORCH_DTYPES[view.dtype])
+    return flat.view(view.shape)
+
+
+def _pinned_copy(view: TensorView) -> torch.Tensor:
+    source = view.array()
+    tensor = torch.empty(source.shape, dtype=TORCH_DTYPES[view.dtype], pin_memory=True)
+    np.copyto(tensor.numpy(), source)
+    return tensor
 
 
 def pin_available() -> bool:

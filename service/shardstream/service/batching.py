@@ -18,7 +18,7 @@ from shardstream.proto.errors import CorruptSample
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.reader import ShardReader
 from shardstream.service.transforms import SampleTransform, collate, sample_rng
-from shardstream.service.transforms.columns import table_to_arrays
+from shardstream.service.transforms.columns import gather_arrays
 
 MAX_REPLACEMENT_TRIES = 64
 
@@ -51,9 +51,10 @@ class DecodedBatch:
 
 def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform | None,
                  epoch: int, indices: np.ndarray) -> DecodedBatch:
-    table = reader.read(indices)
     if transform is None:
-        return DecodedBatch(arrays=table_to_arrays(table), indices=np.asarray(indices))
+        arrays = gather_arrays(reader.pieces(indices), len(indices))
+        return DecodedBatch(arrays=arrays, indices=np.asarray(indices))
+    table = reader.read(indices)
     samples: list[dict[str, Any]] = []
     used = np.array(indices, dtype=np.int64, copy=True)
     replaced = 0

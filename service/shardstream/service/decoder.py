@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.reader import RowGroupCache, ShardReader
 from shardstream.service.transforms import SampleTransform, build_transform
@@ -27,6 +28,7 @@ class DecodeWorker:
     """Process title: ``ray::DecodeWorker``. One per unit of `decode` resource."""
 
     def __init__(self, cache_bytes: int) -> None:
+        keep_freed_memory()  # batch arrays reuse mapped heap memory (allocator.py)
         self._cache = RowGroupCache(cache_bytes)
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None]] = {}
 

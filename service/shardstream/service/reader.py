@@ -8,6 +8,7 @@ same epoch reuse them instead of reading the shard again.
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import dataclass
 
 import fsspec
 import numpy as np
@@ -43,6 +44,15 @@ class RowGroupCache:
             self._bytes -= old.nbytes
 
 
+@dataclass(frozen=True)
+class Piece:
+    """Rows of one cached row group that a batch needs, and where they go in the batch."""
+
+    table: pa.Table  # the whole row group
+    rows: np.ndarray  # rows of `table`, in batch order
+    at: np.ndarray  # their positions in the batch, ascending
+
+
 class ShardReader:
     """Rows of one dataset by global index, in the order asked for."""
 
@@ -56,23 +66,27 @@ class ShardReader:
         ]
         self._files: dict[str, pq.ParquetFile] = {}
 
-    def read(self, indices: np.ndarray) -> pa.Table:
+    def pieces(self, indices: np.ndarray) -> list[Piece]:
+        """The batch `indices` as row-group pieces, without copying any row."""
         indices = np.asarray(indices, dtype=np.int64)
         file_ids = np.searchsorted(self._file_starts, indices, side="right") - 1
         local = indices - self._file_starts[file_ids]
-        pieces: list[pa.Table] = []
-        positions: list[np.ndarray] = []
+        out: list[Piece] = []
         for file_id in np.unique(file_ids):
             in_file = np.nonzero(file_ids == file_id)[0]
             starts = self._rg_starts[file_id]
             rgs = np.searchsorted(starts, local[in_file], side="right") - 1
             for rg in np.unique(rgs):
                 at = in_file[rgs == rg]
-                table = self._row_group(int(file_id), int(rg))
-                pieces.append(table.take(pa.array(local[at] - starts[rg])))
-                positions.append(at)
-        combined = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
-        order = np.concatenate(positions)
+                out.append(Piece(self._row_group(int(file_id), int(rg)), local[at] - starts[rg], at))
+        return out
+
+    def read(self, indices: np.ndarray) -> pa.Table:
+        """The rows at `indices`, in that order, as one table."""
+        pieces = self.pieces(indices)
+        taken = [piece.table.take(pa.array(piece.rows)) for piece in pieces]
+        combined = pa.concat_tables(taken) if len(taken) > 1 else taken[0]
+        order = np.concatenate([piece.at for piece in pieces])
         inverse = np.empty_like(order)
         inverse[order] = np.arange(len(order))
         return combined.take(pa.array(inverse))
@@ -101,4 +115,4 @@ class ShardReader:
         return pf
 
 
-__all__ = ["RowGroupCache", "ShardReader"]
+__all__ = ["Piece", "RowGroupCache", "ShardReader"]

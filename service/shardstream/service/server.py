@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from shardstream.proto import SERVICE_NAME
 from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.config import ServiceConfig
 from shardstream.service.jobs import JobRegistry
 from shardstream.service.metrics import ServiceMetrics
@@ -93,6 +94,7 @@ def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
 
 def create_server(config: ServiceConfig) -> tuple[Service, int]:
     """Start the service on an already-initialised Ray; returns the bound port."""
+    keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
     pool = DecodePool(config.num_decoders, config.decoder_cpus, config.row_group_cache_bytes)
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules)

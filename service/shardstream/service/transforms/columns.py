@@ -2,14 +2,21 @@
 
 Scalar columns become [B] arrays and fixed-size list columns [B, k], keeping
 the column's dtype. Nulls are refused: a tensor has no place for them.
+
+Each cached row group is viewed as a numpy array without copying, and the
+batch's rows are gathered straight into one preallocated array per column:
+a single copy of every byte on its way to the object store.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
+from shardstream.service.reader import Piece
 from shardstream.service.transforms.base import check_tensor_column
 
 
@@ -18,25 +25,59 @@ def check_schema(schema: pa.Schema) -> None:
         check_tensor_column(field)
 
 
-def table_to_arrays(table: pa.Table) -> dict[str, np.ndarray]:
+def gather_arrays(pieces: Sequence[Piece], count: int) -> dict[str, np.ndarray]:
+    """The batch of `count` rows that `pieces` describe, one array per column, in column order."""
+    if not pieces:
+        raise ValueError("a batch needs at least one row")
     out: dict[str, np.ndarray] = {}
-    for name, column in zip(table.column_names, table.columns, strict=True):
-        out[name] = column_to_array(name, column)
+    for name in pieces[0].table.column_names:
+        batch: np.ndarray | None = None
+        for piece in pieces:
+            column = piece.table.column(name)
+            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+            nulls = _null_rows(array)
+            if nulls is not None and nulls[piece.rows].any():
+                raise CorruptSample(
+                    f"column {name!r} has {int(nulls[piece.rows].sum())} null value(s) in this batch")
+            source = _zero_copy_view(array)
+            if batch is None:
+                batch = np.empty((count, *source.shape[1:]), dtype=source.dtype)
+            _gather_into(batch, source, piece.rows, piece.at)
+        assert batch is not None
+        out[name] = batch
     return out
 
 
-def column_to_array(name: str, column: pa.ChunkedArray) -> np.ndarray:
-    if column.null_count:
-        raise CorruptSample(f"column {name!r} has {column.null_count} null value(s) in this batch")
-    array = column.combine_chunks()
+def _list_values(array: pa.FixedSizeListArray) -> pa.Array:
+    """The values of every slot, null slots included (``flatten`` would drop those)."""
+    width = array.type.list_size
+    return array.values.slice(array.offset * width, len(array) * width)
+
+
+def _zero_copy_view(array: pa.Array) -> np.ndarray:
+    """The whole column as [n] or [n, k], without a copy where Arrow's layout allows it."""
     if pa.types.is_fixed_size_list(array.type):
-        width = array.type.list_size
-        flat = array.flatten()
-        if flat.null_count:
-            raise CorruptSample(f"column {name!r} has {flat.null_count} null value(s) inside its lists in this batch")
-        values = flat.to_numpy(zero_copy_only=False)
-        return values.reshape(len(array), width)
+        values = _list_values(array).to_numpy(zero_copy_only=False)
+        return values.reshape(len(array), array.type.list_size)
     return np.asarray(array.to_numpy(zero_copy_only=False))
 
 
-__all__ = ["check_schema", "column_to_array", "table_to_arrays"]
+def _null_rows(array: pa.Array) -> np.ndarray | None:
+    """Which rows hold a null, as the row or inside its list; None when no row does."""
+    rows = array.is_null().to_numpy(zero_copy_only=False) if array.null_count else None
+    if pa.types.is_fixed_size_list(array.type):
+        values = _list_values(array)
+        if values.null_count:
+            inside = values.is_null().to_numpy(zero_copy_only=False).reshape(len(array), -1).any(axis=1)
+            rows = inside if rows is None else rows | inside
+    return rows
+
+
+def _gather_into(batch: np.ndarray, source: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
+    if len(at) and at[-1] - at[0] + 1 == len(at):  # ascending and contiguous: no temporary
+        np.take(source, rows, axis=0, out=batch[at[0] : at[0] + len(at)])
+    else:
+        batch[at] = source[rows]
+
+
+__all__ = ["check_schema", "gather_arrays"]
