@@ -10,6 +10,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from bench.floors import floor_text
 from bench.stats import spread
 
 SYSTEM_LABELS = {"shardstream": "shardstream", "dataloader": "torch DataLoader",
@@ -129,6 +130,9 @@ def full_report(results: dict[str, Any]) -> str:
     if service:
         parts += ["", service]
     parts += ["", transport_table(results), "", targets_text(results["targets"])]
+    floor = floor_text(results)
+    if floor:
+        parts += ["", floor]
     return "\n".join(parts)
 
 
