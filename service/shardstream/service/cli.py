@@ -1,13 +1,15 @@
-"""`shardstream` command line: serve, status."""
+"""`shardstream` command line: serve, status, bench."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
+import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import grpc
 
@@ -34,11 +36,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     status = commands.add_parser("status", help="show decoders and jobs of a running service")
     status.add_argument("address", help="host:port of the service")
 
+    # Listed for --help; its arguments go to `python -m bench` untouched (see below).
+    commands.add_parser(
+        "bench", add_help=False,
+        help="run the side-by-side benchmark from a source checkout (python -m bench; --help for its options)")
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        return _bench(argv[1:])
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return _serve(args)
     return _status(args.address)
+
+
+def source_checkout(start: Path | None = None) -> Path | None:
+    """The repository this package runs from (an editable install), if the benchmark is there."""
+    here = (start or Path(__file__)).resolve()
+    for parent in here.parents:
+        if (parent / "bench" / "__main__.py").is_file() and (parent / "pyproject.toml").is_file():
+            return parent
+    return None
+
+
+def _bench(bench_args: list[str]) -> int:
+    root = source_checkout()
+    if root is None:
+        sys.stderr.write("shardstream bench needs a source checkout (the benchmark harness and its "
+                         "generated workloads are not part of the wheel): clone the repository and run "
+                         "`make bench` or `shardstream bench` there\n")
+        return 2
+    return subprocess.call([sys.executable, "-m", "bench", *bench_args], cwd=root)
 
 
 def _serve(args: argparse.Namespace) -> int:
