@@ -7,6 +7,7 @@ import threading
 
 import grpc
 import pytest
+import torch
 
 from shardstream.client import RemoteLoader
 from shardstream.proto import PROTOCOL_VERSION, STREAM_BATCHES_METHOD
@@ -89,3 +90,31 @@ def test_window_smaller_than_one_batch_is_a_clear_error(service_address: str, da
     with RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, world_size=1, rank=0,
                       prefetch_bytes=1000) as loader, pytest.raises(InvalidJobSpec, match="prefetch_bytes"):
         next(iter(loader))
+
+
+def test_a_batch_is_dropped_before_its_credit_goes_back(service_address: str, dataset: str,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nothing in the client outlives a batch's credit, so the window bounds the batches alive."""
+    import weakref
+
+    from shardstream.client.prefetcher import StreamPrefetcher
+
+    last: list[weakref.ref[torch.Tensor]] = []
+    alive_at_credit: list[bool] = []
+    credit = StreamPrefetcher.credit
+
+    def checked_credit(self: StreamPrefetcher, consumed_step: int) -> None:
+        alive_at_credit.append(last[-1]() is not None)
+        credit(self, consumed_step)
+
+    monkeypatch.setattr(StreamPrefetcher, "credit", checked_credit)
+    loader = RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, shuffle=False, world_size=1,
+                          rank=0, prefetch=2)
+    try:
+        for batch in loader:
+            last.append(weakref.ref(batch["x"]))
+            del batch
+    finally:
+        loader.close()
+    assert len(alive_at_credit) >= len(loader) - 1
+    assert not any(alive_at_credit)

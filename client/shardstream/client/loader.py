@@ -175,15 +175,13 @@ class RemoteLoader:
         while step < len(self):
             prefetcher = self._open_stream(epoch, step)
             received = iter(prefetcher)
-            first = step
             try:
                 while True:
-                    if step > first:
-                        prefetcher.credit(step - 1)  # the loop asks for more: it is done with the last one
-                    item = next(received, None)
+                    item = next(received, None)  # returns the last batch's credit (prefetcher.py)
                     if item is None:
                         break
                     message, tensors = item
+                    del item
                     if message.step != step or message.epoch != epoch:
                         raise ShardstreamError(f"job {self.job.job_id} rank {self.rank}: expected epoch "
                                                f"{epoch} batch {step}, received epoch {message.epoch} "
@@ -192,6 +190,7 @@ class RemoteLoader:
                     self._steps_done = step
                     self.samples_replaced += message.replaced_samples
                     yield tensors
+                    del tensors  # dropped before its credit goes back with the next request
             except (ServiceUnavailable, JobNotFound) as exc:
                 if isinstance(exc, ServiceUnavailable) and exc.from_service:
                     raise  # the service is up and says it cannot serve (no decoders): not a link failure

@@ -103,7 +103,12 @@ class StreamPrefetcher:
                         raise item.error
                     raise ShardstreamError(f"{self._describe}: {item.error}") from item.error
                 return
+            step = item[0].step
             yield item
+            # The loop asks for the next batch, so it is done with this one: drop it, then return
+            # its credit. Nothing here outlives its credit, so the window bounds what is alive.
+            del item
+            self.credit(step)
 
     def close(self) -> None:
         self._closed.set()
