@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -61,6 +62,21 @@ def test_missing_inputs_raise_dataset_not_found(tmp_path: Path, entry: str) -> N
     (tmp_path / "emptydir" / "readme.txt").write_text("no shards")
     with pytest.raises(DatasetNotFound, match=entry.split("/")[0]):
         resolve_urls((str(tmp_path / entry),))
+
+
+def test_unknown_protocol_is_an_invalid_job_spec_naming_the_url() -> None:
+    with pytest.raises(InvalidJobSpec, match=r"nosuchfs://bucket/x.*Protocol not known"):
+        resolve_urls(("nosuchfs://bucket/x",))
+
+
+def test_a_filesystem_the_service_lacks_is_an_invalid_job_spec_saying_what_to_install(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    def missing(url: str) -> None:
+        raise ImportError("Install s3fs to access S3")
+
+    monkeypatch.setattr(fsspec.core, "url_to_fs", missing)
+    with pytest.raises(InvalidJobSpec, match="cannot read 's3://bucket/train/': Install s3fs"):
+        resolve_urls(("s3://bucket/train/",))
 
 
 def test_one_missing_entry_fails_the_whole_list(tmp_path: Path) -> None:

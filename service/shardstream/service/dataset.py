@@ -70,11 +70,20 @@ class DatasetIndex:
         return self.shards[shard].url, int(index - self.file_starts[shard])
 
 
+def _filesystem(entry: str) -> tuple[fsspec.AbstractFileSystem, str]:
+    try:
+        return fsspec.core.url_to_fs(entry)
+    except ImportError as exc:  # e.g. s3:// without s3fs installed where the service runs
+        raise InvalidJobSpec(f"the service cannot read {entry!r}: {exc}") from None
+    except ValueError as exc:  # an unknown protocol
+        raise InvalidJobSpec(f"dataset URL {entry!r}: {exc}") from None
+
+
 def resolve_urls(dataset: tuple[str, ...]) -> list[str]:
     """Expand directories and globs into a sorted, de-duplicated list of shard URLs."""
     urls: set[str] = set()
     for entry in dataset:
-        fs, path = fsspec.core.url_to_fs(entry)
+        fs, path = _filesystem(entry)
         if _GLOB_CHARS & set(path):
             found = [p for p in fs.glob(path) if not fs.isdir(p)]
             if not found:
