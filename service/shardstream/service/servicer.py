@@ -28,6 +28,7 @@ from shardstream.proto.errors import (
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.service.bounded import BoundedCalls
 from shardstream.service.config import ServiceConfig
 from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job, JobRegistry
@@ -111,13 +112,16 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         self.pool = pool
         self.metrics = metrics
         self.started = time.monotonic()
+        self.storage = BoundedCalls()  # opening a job reads remote storage (bounded.py)
 
     @unary_boundary
     def OpenJob(self, request: pb.OpenJobRequest, context: grpc.ServicerContext) -> pb.OpenJobResponse:
         if isinstance(request, MalformedRequest):
             request.refuse()
         _check_version(request.protocol_version)
-        job = self.registry.open(request.job_name, JobSpec.from_proto(request.spec), request.rank)
+        spec = JobSpec.from_proto(request.spec)
+        job = self.storage.run(lambda: self.registry.open(request.job_name, spec, request.rank),
+                               context.time_remaining(), f"opening dataset {list(spec.dataset)}")
         return pb.OpenJobResponse(
             job_id=job.job_id,
             spec_fingerprint=job.spec.fingerprint,
