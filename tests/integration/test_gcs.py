@@ -1,6 +1,7 @@
 """gs:// datasets through a real GCS API server (fake-gcs-server), end to end.
 
-The emulator starts before Ray so decode actors inherit its environment.
+The emulator is an autouse module fixture, so it starts before the module's local Ray
+(conftest's `service`) and the decode actors inherit its environment.
 """
 
 from __future__ import annotations
@@ -10,12 +11,8 @@ import os
 from collections.abc import Iterator
 
 import pytest
-import ray
 
 from shardstream.client import DatasetNotFound, RemoteLoader
-from shardstream.service.config import ServiceConfig
-from shardstream.service.server import create_server
-from tests.conftest import start_local_ray
 from tests.datasets import oracle_batches, write_images, write_indexed
 from tests.gcs_emulator import GcsEmulator, running_gcs_emulator
 
@@ -23,7 +20,7 @@ BUCKET = "shardstream-test"
 SHARDS = [9, 0, 14, 3]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
     local = tmp_path_factory.mktemp("gcs-src")
     write_indexed(f"{local}/train", SHARDS)
@@ -36,32 +33,23 @@ def gcs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GcsEmulator]:
         yield emulator
 
 
-@pytest.fixture(scope="module")
-def gcs_service(gcs: GcsEmulator) -> Iterator[str]:
-    start_local_ray()
-    service, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5))
-    yield f"127.0.0.1:{port}"
-    service.stop(grace=1.0)
-    ray.shutdown()
-
-
 @pytest.mark.parametrize("dataset", [f"gs://{BUCKET}/train/", f"gs://{BUCKET}/train/*.parquet"])
-def test_gs_dataset_in_distributed_sampler_order(gcs_service: str, dataset: str) -> None:
+def test_gs_dataset_in_distributed_sampler_order(service_address: str, dataset: str) -> None:
     n = sum(SHARDS)
     for rank in (0, 1):
-        with RemoteLoader(gcs_service, dataset=dataset, batch_size=4, seed=5, world_size=2,
+        with RemoteLoader(service_address, dataset=dataset, batch_size=4, seed=5, world_size=2,
                           rank=rank) as loader:
             loader.set_epoch(2)
             assert [b["idx"].tolist() for b in loader] == oracle_batches(n, 2, rank, 4, True, 5, False, 2)
 
 
-def test_gs_images_decode(gcs_service: str) -> None:
-    with RemoteLoader(gcs_service, dataset=f"gs://{BUCKET}/images", batch_size=5, world_size=1, rank=0,
+def test_gs_images_decode(service_address: str) -> None:
+    with RemoteLoader(service_address, dataset=f"gs://{BUCKET}/images", batch_size=5, world_size=1, rank=0,
                       transform="image", transform_args={"size": 24}, columns=["image", "label"]) as loader:
         batches = list(loader)
     assert [tuple(b["image"].shape) for b in batches] == [(5, 3, 24, 24), (5, 3, 24, 24), (2, 3, 24, 24)]
 
 
-def test_missing_gs_path(gcs_service: str) -> None:
+def test_missing_gs_path(service_address: str) -> None:
     with pytest.raises(DatasetNotFound, match=f"gs://{BUCKET}/nope"):
-        RemoteLoader(gcs_service, dataset=f"gs://{BUCKET}/nope/", batch_size=4, world_size=1, rank=0)
+        RemoteLoader(service_address, dataset=f"gs://{BUCKET}/nope/", batch_size=4, world_size=1, rank=0)

@@ -2,9 +2,8 @@
 
 The thread turns each message into tensors as it arrives (a view, or the
 one copy into pinned memory), off the training loop. The service never has
-more than
-the stream's window (batches and bytes) sent and not yet consumed, so the
-queue here is bounded by that window. Credit for a batch goes back when the
+more than the stream's window (batches and bytes) sent and not yet consumed,
+so the queue here is bounded by that window. Credit for a batch goes back when the
 loop asks for the next one, so the window also covers the batch in the
 loop's hands. Every wait has a deadline; errors surface as typed errors;
 ``close()`` ends the request stream, cancels the RPC and joins the thread

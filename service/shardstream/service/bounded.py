@@ -27,29 +27,29 @@ T = TypeVar("T")
 MARGIN_S = 0.5  # answer this long before the client's deadline, so our message reaches it
 
 
-class BoundedCalls:
-    """Each call on a daemon thread of its own: one stuck for good never holds up shutdown."""
+def run_bounded(call: Callable[[], T], timeout_s: float | None, what: str) -> T:
+    """`call()`'s result, or DeadlineExceeded once `timeout_s` (None: no limit) is nearly up.
 
-    def run(self, call: Callable[[], T], timeout_s: float | None, what: str) -> T:
-        """`call()`'s result, or DeadlineExceeded once `timeout_s` (None: no limit) is nearly up."""
-        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+    The call runs on a daemon thread of its own, so one stuck for good never holds up shutdown.
+    """
+    future: concurrent.futures.Future[T] = concurrent.futures.Future()
 
-        def work() -> None:
-            try:
-                future.set_result(call())
-            except BaseException as exc:
-                future.set_exception(exc)
-
-        threading.Thread(target=work, name="shardstream-storage", daemon=True).start()
-        wait_s = None if timeout_s is None else max(0.0, timeout_s - MARGIN_S)
+    def work() -> None:
         try:
-            return future.result(timeout=wait_s)
-        except concurrent.futures.TimeoutError:
-            log.warning("%s did not finish within %.1f s; left running in the background", what, wait_s)
-            raise DeadlineExceeded(
-                f"{what} did not finish within the request's deadline ({timeout_s:.1f} s): is the "
-                "storage reachable from the service, and does the service have credentials for it?"
-            ) from None
+            future.set_result(call())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="shardstream-storage", daemon=True).start()
+    wait_s = None if timeout_s is None else max(0.0, timeout_s - MARGIN_S)
+    try:
+        return future.result(timeout=wait_s)
+    except concurrent.futures.TimeoutError:
+        log.warning("%s did not finish within %.1f s; left running in the background", what, wait_s)
+        raise DeadlineExceeded(
+            f"{what} did not finish within the request's deadline ({timeout_s:.1f} s): is the "
+            "storage reachable from the service, and does the service have credentials for it?"
+        ) from None
 
 
-__all__ = ["BoundedCalls"]
+__all__ = ["run_bounded"]

@@ -28,7 +28,7 @@ from shardstream.proto.errors import (
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-from shardstream.service.bounded import BoundedCalls
+from shardstream.service.bounded import run_bounded
 from shardstream.service.config import ServiceConfig
 from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job, JobRegistry
@@ -112,7 +112,6 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         self.pool = pool
         self.metrics = metrics
         self.started = time.monotonic()
-        self.storage = BoundedCalls()  # opening a job reads remote storage (bounded.py)
 
     @unary_boundary
     def OpenJob(self, request: pb.OpenJobRequest, context: grpc.ServicerContext) -> pb.OpenJobResponse:
@@ -120,8 +119,9 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             request.refuse()
         _check_version(request.protocol_version)
         spec = JobSpec.from_proto(request.spec)
-        job = self.storage.run(lambda: self.registry.open(request.job_name, spec, request.rank),
-                               context.time_remaining(), f"opening dataset {list(spec.dataset)}")
+        # Opening reads remote storage, which may not answer: bounded by the deadline (bounded.py).
+        job = run_bounded(lambda: self.registry.open(request.job_name, spec, request.rank),
+                          context.time_remaining(), f"opening dataset {list(spec.dataset)}")
         return pb.OpenJobResponse(
             job_id=job.job_id,
             spec_fingerprint=job.spec.fingerprint,
