@@ -17,34 +17,42 @@ os.environ.setdefault("RAY_DISABLE_DOCKER_CPU_WARNING", "1")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 TEST_OBJECT_STORE_BYTES = 256 * 2**20
+# The environment as the run started; what a module's fixtures add to it (a storage
+# emulator's endpoint, say) is forwarded to that module's Ray job.
+_ENV_AT_START = dict(os.environ)
 
 
-def start_local_ray(num_decoders: int = 4) -> None:
-    """Room for the shared service (2 decode actors) and a second, test-specific one.
+@pytest.fixture(scope="session")
+def ray_cluster() -> Iterator[str]:
+    """One local Ray node for the whole run, started once; its GCS address.
 
-    A new local Ray every time (never one left running on the machine); one retry,
-    because a Ray node sometimes times out starting while the previous module's
-    cluster is still shutting down on this small machine.
+    Room for the shared service (2 decode actors) and a second, test-specific one.
+    Each module connects to it as a Ray job of its own (`local_ray`), so a module's
+    actors end with it, but no module waits for a Ray node to start (or risks one
+    timing out while an earlier module's cluster is still going down).
     """
-    import ray
+    from ray.cluster_utils import Cluster
 
-    for attempt in (1, 2):
-        try:
-            ray.init(address="local", num_cpus=2, resources={"decode": num_decoders},
-                     object_store_memory=TEST_OBJECT_STORE_BYTES, include_dashboard=False,
-                     logging_level="WARNING")
-            return
-        except Exception:
-            ray.shutdown()
-            if attempt == 2:
-                raise
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 2, "resources": {"decode": 4}, "object_store_memory": TEST_OBJECT_STORE_BYTES,
+        "include_dashboard": False})
+    yield cluster.address
+    cluster.shutdown()
+
+
+def module_env() -> dict[str, str]:
+    """What the decode workers need from this process: the checkout on their path, and
+    whatever this module's fixtures changed in the environment (storage endpoints)."""
+    changed = {k: v for k, v in os.environ.items() if _ENV_AT_START.get(k) != v}
+    return {**changed, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
 
 
 @pytest.fixture(scope="module")
-def local_ray() -> Iterator[None]:
+def local_ray(ray_cluster: str) -> Iterator[None]:
+    """This module's Ray job on the run's Ray node."""
     import ray
 
-    start_local_ray()
+    ray.init(address=ray_cluster, runtime_env={"env_vars": module_env()}, logging_level="WARNING")
     yield
     ray.shutdown()
 

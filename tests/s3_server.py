@@ -1,8 +1,8 @@
 """Run a real S3 API server (moto's server mode) for tests, on 127.0.0.1 and a free port.
 
 While :func:`running_s3_server` is active, s3fs filesystems in this process and
-in child processes started meanwhile (which inherit ``os.environ``: a local
-Ray and its decode actors) talk to it:
+in child processes started meanwhile (which inherit ``os.environ``; a test's
+Ray job forwards it to the decode actors) talk to it:
 
 ``AWS_ENDPOINT_URL``
     botocore (under s3fs's aiobotocore) sends every request to this endpoint.

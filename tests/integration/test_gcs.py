@@ -1,7 +1,7 @@
 """gs:// datasets through a real GCS API server (fake-gcs-server), end to end.
 
-The emulator is an autouse module fixture, so it starts before the module's local Ray
-(conftest's `service`) and the decode actors inherit its environment.
+The emulator is an autouse module fixture, so it starts before the module's Ray job
+(conftest's `local_ray`), which forwards its environment to the decode actors.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """s3:// datasets through a real S3 API server (moto's server mode), end to end.
 
-The server is an autouse module fixture, so it starts before the module's local Ray
-(conftest's `service`) and the decode actors inherit its environment.
+The server is an autouse module fixture, so it starts before the module's Ray job
+(conftest's `local_ray`), which forwards its environment to the decode actors.
 """
 
 from __future__ import annotations
