@@ -78,6 +78,7 @@ def test_env_values_are_validated() -> None:
     ({"default_prefetch": 65, "max_prefetch": 64}, "default_prefetch"),
     ({"decode_timeout_s": 0}, "decode_timeout_s"),
     ({"grpc_workers": 1}, "grpc_workers"),
+    ({"max_abandoned_storage_calls": 0}, "max_abandoned_storage_calls"),
 ])
 def test_invalid_values_are_refused(overrides: dict[str, Any], needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
@@ -86,7 +87,7 @@ def test_invalid_values_are_refused(overrides: dict[str, Any], needle: str) -> N
 
 @pytest.mark.parametrize("overrides", [
     {"port": 0}, {"port": 65535}, {"num_decoders": 1}, {"default_prefetch": 64},
-    {"grpc_workers": 2},
+    {"grpc_workers": 2}, {"max_abandoned_storage_calls": 1},
 ])
 def test_boundary_values_are_accepted(overrides: dict[str, Any]) -> None:
     cfg = ServiceConfig.load(overrides=overrides, environ={})

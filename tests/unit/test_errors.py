@@ -23,6 +23,7 @@ BUILTIN_BASE: dict[type[E.ShardstreamError], type[BaseException]] = {
     E.ProtocolMismatch: ValueError,
     E.ServiceUnavailable: ConnectionError,
     E.DeadlineExceeded: TimeoutError,
+    E.StorageBusy: RuntimeError,
 }
 
 CODES: dict[type[E.ShardstreamError], grpc.StatusCode] = {
@@ -39,6 +40,7 @@ CODES: dict[type[E.ShardstreamError], grpc.StatusCode] = {
     E.ProtocolMismatch: grpc.StatusCode.FAILED_PRECONDITION,
     E.ServiceUnavailable: grpc.StatusCode.UNAVAILABLE,
     E.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
+    E.StorageBusy: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 ALL = sorted(ERRORS.values(), key=lambda c: c.__name__)

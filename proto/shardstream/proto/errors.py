@@ -97,6 +97,12 @@ class DeadlineExceeded(ShardstreamError, TimeoutError):
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
+class StorageBusy(ShardstreamError, RuntimeError):
+    """Too many earlier storage calls are still waiting on a store that does not answer."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 ERRORS: dict[str, type[ShardstreamError]] = {
     cls.__name__: cls
     for cls in (
@@ -113,6 +119,7 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         ProtocolMismatch,
         ServiceUnavailable,
         DeadlineExceeded,
+        StorageBusy,
     )
 }
 

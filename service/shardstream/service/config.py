@@ -1,6 +1,6 @@
 """Service configuration: one frozen dataclass, layered defaults -> SHARDSTREAM_* env -> flags.
 
-The Helm chart's values mirror these fields (see docs/configuration.md).
+The Helm chart's values mirror these fields (helm/shardstream/values.yaml documents each).
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ class ServiceConfig:
     max_request_bytes: int = 16 << 20  # largest request accepted (RESOURCE_EXHAUSTED above)
     job_idle_ttl_s: float = 3600.0  # a job with no open stream for this long is forgotten
     grpc_workers: int = 64  # concurrent RPCs, each stream holds one
+    max_abandoned_storage_calls: int = 64  # storage calls still running past their RPC's deadline
     object_store_memory: int | None = None  # embedded Ray only
     metrics_port: int | None = None  # Prometheus /metrics over HTTP; None: off, 0: any free port
 
@@ -55,6 +56,8 @@ class ServiceConfig:
             raise ValueError("job_idle_ttl_s must be > 0")
         if self.grpc_workers < 2:
             raise ValueError("grpc_workers must be >= 2")
+        if self.max_abandoned_storage_calls < 1:
+            raise ValueError("max_abandoned_storage_calls must be >= 1")
 
     @property
     def address(self) -> str:

@@ -14,10 +14,11 @@ from collections.abc import Iterator
 from typing import Any
 from wsgiref.simple_server import WSGIServer
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from shardstream.service.bounded import StorageCalls
 from shardstream.service.jobs import JobRegistry
 from shardstream.service.pool import DecodePool
 
@@ -27,7 +28,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 
 class ServiceMetrics:
-    def __init__(self, registry: JobRegistry, pool: DecodePool) -> None:
+    def __init__(self, registry: JobRegistry, pool: DecodePool, storage_calls: StorageCalls) -> None:
         self.prometheus = CollectorRegistry()
         self.decode_seconds = Histogram(
             "shardstream_decode_seconds", "Time a decode actor spent producing one batch",
@@ -38,6 +39,9 @@ class ServiceMetrics:
         self.errors = Counter(
             "shardstream_errors", "RPCs that ended in an error, by gRPC status code", ["code"],
             registry=self.prometheus)
+        Gauge("shardstream_storage_calls_abandoned",
+              "Storage calls (dataset listings) still running past their request's deadline",
+              registry=self.prometheus).set_function(lambda: storage_calls.abandoned)
         self.prometheus.register(_StateCollector(registry, pool))
 
     def batch_taken(self, wait_s: float, decode_s: float) -> None:

@@ -18,6 +18,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from shardstream.proto import SERVICE_NAME
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.allocator import keep_freed_memory
+from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
 from shardstream.service.jobs import JobRegistry
 from shardstream.service.metrics import ServiceMetrics
@@ -48,6 +49,7 @@ class Service:
     health: health.HealthServicer
     metrics: ServiceMetrics
     config: ServiceConfig
+    storage_calls: StorageCalls
     metrics_server: WSGIServer | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
 
@@ -102,8 +104,10 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),
         options=grpc_options(config.max_message_bytes, config.max_request_bytes),
     )
-    metrics = ServiceMetrics(registry, pool)
-    server.add_generic_rpc_handlers((_loader_handler(LoaderServicer(config, registry, pool, metrics)),))
+    storage_calls = StorageCalls(config.max_abandoned_storage_calls)
+    metrics = ServiceMetrics(registry, pool, storage_calls)
+    server.add_generic_rpc_handlers(
+        (_loader_handler(LoaderServicer(config, registry, pool, metrics, storage_calls)),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port(config.address)
@@ -115,7 +119,8 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     metrics_server = metrics.serve_http(config.host, config.metrics_port) if config.metrics_port is not None else None
     log.info("shardstream serving on %s:%d with %d decode actor(s)", config.host, port, pool.size)
     service = Service(server=server, pool=pool, registry=registry, health=health_servicer,
-                      metrics=metrics, config=config, metrics_server=metrics_server)
+                      metrics=metrics, config=config, storage_calls=storage_calls,
+                      metrics_server=metrics_server)
     return service, port
 
 

@@ -28,7 +28,7 @@ from shardstream.proto.errors import (
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-from shardstream.service.bounded import run_bounded
+from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
 from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job, JobRegistry
@@ -106,12 +106,13 @@ def _check_version(version: int) -> None:
 
 class LoaderServicer(pb_grpc.LoaderServicer):
     def __init__(self, config: ServiceConfig, registry: JobRegistry, pool: DecodePool,
-                 metrics: ServiceMetrics) -> None:
+                 metrics: ServiceMetrics, storage_calls: StorageCalls) -> None:
         self.config = config
         self.registry = registry
         self.pool = pool
         self.metrics = metrics
         self.started = time.monotonic()
+        self.storage_calls = storage_calls
 
     @unary_boundary
     def OpenJob(self, request: pb.OpenJobRequest, context: grpc.ServicerContext) -> pb.OpenJobResponse:
@@ -120,8 +121,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         _check_version(request.protocol_version)
         spec = JobSpec.from_proto(request.spec)
         # Opening reads remote storage, which may not answer: bounded by the deadline (bounded.py).
-        job = run_bounded(lambda: self.registry.open(request.job_name, spec, request.rank),
-                          context.time_remaining(), f"opening dataset {list(spec.dataset)}")
+        job = self.storage_calls.run(lambda: self.registry.open(request.job_name, spec, request.rank),
+                                     context.time_remaining(), f"opening dataset {list(spec.dataset)}")
         return pb.OpenJobResponse(
             job_id=job.job_id,
             spec_fingerprint=job.spec.fingerprint,
