@@ -6,12 +6,14 @@ set_epoch(e) give it, with equal batch counts on all ranks.
 
 from __future__ import annotations
 
+import glob
+import os
 import threading
 
 import pytest
 import torch
 
-from shardstream.client import RemoteLoader
+from shardstream.client import DatasetNotFound, RemoteLoader
 from tests.datasets import oracle_batches, write_indexed
 
 SHARDS = [7, 0, 1, 12, 5, 1, 0, 9]  # empty and single-row shards on purpose
@@ -89,6 +91,25 @@ def test_forgotten_set_epoch_advances_the_epoch(service_address: str, dataset: s
     assert second == oracle_batches(N, 2, 1, 4, True, 3, False, 1)
     assert seventh == oracle_batches(N, 2, 1, 4, True, 3, False, 7)
     assert first != second
+
+
+def test_an_iteration_that_fails_before_its_first_batch_does_not_use_up_its_epoch(
+        service_address: str, tmp_path: object) -> None:
+    data = f"{tmp_path}/data"
+    write_indexed(data, [12, 8])
+    with RemoteLoader(service_address, dataset=data, batch_size=4, seed=4, world_size=2, rank=0) as loader:
+        shards = sorted(glob.glob(f"{data}/*.parquet"))
+        for path in shards:  # the shards vanish after the job was opened: the first batch fails
+            os.rename(path, f"{path}.away")
+        with pytest.raises(DatasetNotFound, match="disappeared"):
+            next(iter(loader))
+        for path in shards:
+            os.rename(f"{path}.away", path)
+        retried = [b["idx"].tolist() for b in loader]
+        assert loader.epoch == 0
+        following = [b["idx"].tolist() for b in loader]
+    assert retried == oracle_batches(20, 2, 0, 4, True, 4, False, 0)
+    assert following == oracle_batches(20, 2, 0, 4, True, 4, False, 1)
 
 
 def test_ranks_run_concurrently_and_never_wait_for_each_other(service_address: str, dataset: str) -> None:

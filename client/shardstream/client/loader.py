@@ -170,6 +170,17 @@ class RemoteLoader:
         return self._iterate(epoch, start_step)
 
     def _iterate(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+        """Batches start_step.. of `epoch`. An iteration that fails before its first batch does not
+        count as starting the epoch: iterating again (without set_epoch) retries the same one."""
+        try:
+            yield from self._batches(epoch, start_step)
+        except BaseException:
+            if self._steps_done == start_step and self._next_epoch is None:
+                self._next_epoch = epoch
+                self._resume = (epoch, start_step) if start_step else None
+            raise
+
+    def _batches(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
         """Batches start_step.. of `epoch`, reconnecting and resuming at the next batch if the link breaks."""
         step = start_step
         while step < len(self):
