@@ -1,4 +1,5 @@
-"""`shardstream serve` as a real process: embedded Ray, port file, status, clean SIGTERM."""
+"""`shardstream serve` as a real process: embedded Ray, port file, a dataset prefix, status,
+clean SIGTERM."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from shardstream.client import RemoteLoader
+from shardstream.client import DatasetNotAllowed, RemoteLoader
 from tests.datasets import oracle_batches, write_indexed
 
 START_DEADLINE_S = 90
@@ -32,16 +33,19 @@ def wait_for_port(port_file: str, process: subprocess.Popen[bytes]) -> int:
 def test_serve_status_and_sigterm(tmp_path: object) -> None:
     data, port_file, log = f"{tmp_path}/data", f"{tmp_path}/port", f"{tmp_path}/serve.log"
     write_indexed(data, [6, 5])
+    write_indexed(f"{tmp_path}/data-other", [3])
     cli = os.path.join(os.path.dirname(sys.executable), "shardstream")
     with open(log, "wb") as out:
-        serve = subprocess.Popen([cli, "serve", "--port", "0", "--port-file", port_file,
-                                  "--num-decoders", "1"], stdout=out, stderr=subprocess.STDOUT)
+        serve = subprocess.Popen([cli, "serve", "--port", "0", "--port-file", port_file, "--num-decoders", "1",
+                                  "--allow-dataset-prefix", data], stdout=out, stderr=subprocess.STDOUT)
     try:
         port = wait_for_port(port_file, serve)
         address = f"127.0.0.1:{port}"
         with RemoteLoader(address, dataset=data, batch_size=4, world_size=1, rank=0,
                           job_name="cli-test") as loader:
             assert [b["idx"].tolist() for b in loader] == oracle_batches(11, 1, 0, 4, True, 0, False, 0)
+        with pytest.raises(DatasetNotAllowed, match="data-other"):
+            RemoteLoader(address, dataset=f"{tmp_path}/data-other", batch_size=4, world_size=1, rank=0)
         status = subprocess.run([cli, "status", address], capture_output=True, text=True, timeout=30)
         assert status.returncode == 0, status.stderr
         assert "1 decoder(s) on 1 node(s)" in status.stdout

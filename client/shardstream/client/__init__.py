@@ -6,6 +6,7 @@ It never imports Ray; it needs grpcio, protobuf, numpy and torch.
 from shardstream.client.loader import RemoteLoader
 from shardstream.proto.errors import (
     CorruptSample,
+    DatasetNotAllowed,
     DatasetNotFound,
     DeadlineExceeded,
     InvalidJobSpec,
@@ -23,6 +24,7 @@ from shardstream.proto.errors import (
 
 __all__ = [
     "CorruptSample",
+    "DatasetNotAllowed",
     "DatasetNotFound",
     "DeadlineExceeded",
     "InvalidJobSpec",

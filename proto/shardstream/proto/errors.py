@@ -40,6 +40,12 @@ class TransformNotAllowed(ShardstreamError, PermissionError):
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
+class DatasetNotAllowed(ShardstreamError, PermissionError):
+    """The dataset lies outside the prefixes this service may read."""
+
+    code = grpc.StatusCode.PERMISSION_DENIED
+
+
 class DatasetNotFound(ShardstreamError, FileNotFoundError):
     """The dataset path, glob or a listed shard does not exist."""
 
@@ -110,6 +116,7 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         InvalidJobSpec,
         UnknownTransform,
         TransformNotAllowed,
+        DatasetNotAllowed,
         DatasetNotFound,
         UnreadableShard,
         SchemaMismatch,

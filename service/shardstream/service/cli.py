@@ -29,6 +29,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--decoder-cpus", type=float, help="CPUs reserved per decode actor (default 1)")
     serve.add_argument("--allow-transform-module", action="append", dest="allowed_transform_modules",
                        metavar="PREFIX", help="import-path prefix user transforms may come from (repeatable)")
+    serve.add_argument("--allow-dataset-prefix", action="append", dest="allowed_dataset_prefixes",
+                       metavar="URL", help="URL prefix clients' datasets must lie under (repeatable; "
+                       "default: any)")
     serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port (0: any free)")
     serve.add_argument("--port-file", help="write the bound port here once serving")
@@ -78,8 +81,9 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
         "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
         "metrics_port")}
-    if args.allowed_transform_modules:
-        overrides["allowed_transform_modules"] = tuple(args.allowed_transform_modules)
+    for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
+        if getattr(args, repeated):
+            overrides[repeated] = tuple(getattr(args, repeated))
     config = ServiceConfig.load(overrides)
     connect_ray(config)
     service, port = create_server(config)

@@ -22,6 +22,7 @@ class ServiceConfig:
     num_decoders: int | None = None  # None: one per unit of the cluster's `decode` resource
     decoder_cpus: float = 1.0
     allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
+    allowed_dataset_prefixes: tuple[str, ...] = ()  # URL prefixes clients' datasets must lie under; () any
     default_prefetch: int = 4  # batches decoded ahead per stream
     max_prefetch: int = 64
     default_window_bytes: int = 512 * 2**20  # bytes sent and not yet consumed, per stream

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -79,10 +80,25 @@ def _filesystem(entry: str) -> tuple[fsspec.AbstractFileSystem, str]:
         raise InvalidJobSpec(f"dataset URL {entry!r}: {exc}") from None
 
 
-def resolve_urls(dataset: tuple[str, ...]) -> list[str]:
-    """Expand directories and globs into a sorted, de-duplicated list of shard URLs."""
+def canonical_url(entry: str) -> str:
+    """`entry` as fsspec names it: protocol always spelled out, local paths absolute."""
+    fs, path = _filesystem(entry)
+    return str(fs.unstrip_protocol(path))
+
+
+def _allow_any(url: str) -> None:
+    pass
+
+
+def resolve_urls(dataset: tuple[str, ...], allow: Callable[[str], None] = _allow_any) -> list[str]:
+    """Expand directories and globs into a sorted, de-duplicated list of shard URLs.
+
+    `allow` raises for a URL the service may not read; it sees each entry before
+    it is listed and each shard it resolves to.
+    """
     urls: set[str] = set()
     for entry in dataset:
+        allow(entry)
         fs, path = _filesystem(entry)
         if _GLOB_CHARS & set(path):
             found = [p for p in fs.glob(path) if not fs.isdir(p)]
@@ -97,6 +113,8 @@ def resolve_urls(dataset: tuple[str, ...]) -> list[str]:
         else:
             raise DatasetNotFound(f"dataset path {entry!r} does not exist")
         urls.update(fs.unstrip_protocol(p) for p in found)
+    for url in urls:
+        allow(url)
     return sorted(urls)
 
 
@@ -121,10 +139,10 @@ def read_shard(url: str) -> tuple[Shard, pa.Schema]:
     return Shard(url=url, size=size, num_rows=meta.num_rows, row_group_rows=rows), schema
 
 
-def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (),
-                  max_workers: int = 16) -> DatasetIndex:
+def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), max_workers: int = 16,
+                  allow: Callable[[str], None] = _allow_any) -> DatasetIndex:
     """Resolve, read every footer (in parallel), and check the schemas agree."""
-    urls = resolve_urls(dataset)
+    urls = resolve_urls(dataset, allow)
     log.info("indexing %d shard(s) of %s", len(urls), list(dataset))
     with ThreadPoolExecutor(max_workers=min(max_workers, len(urls))) as pool:
         # A bar only on a terminal (disable=None), for datasets with many shards.

@@ -16,6 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
+from shardstream.service.access import DatasetAccess
 from shardstream.service.batching import DecodeJob, check_job_schema
 from shardstream.service.dataset import DatasetIndex, index_dataset
 from shardstream.service.plan import EpochPlan, SamplingSpec
@@ -86,8 +87,10 @@ class Job:
 
 
 class JobRegistry:
-    def __init__(self, allowed_transform_modules: tuple[str, ...]) -> None:
+    def __init__(self, allowed_transform_modules: tuple[str, ...],
+                 access: DatasetAccess | None = None) -> None:
         self.allowed_transform_modules = allowed_transform_modules
+        self.access = access or DatasetAccess(())
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[str, Job] = {}
         self._opening: dict[str, threading.Lock] = {}
@@ -119,7 +122,7 @@ class JobRegistry:
 
     def _create(self, name: str, spec: JobSpec) -> Job:
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
-        index = index_dataset(spec.dataset, spec.columns)
+        index = index_dataset(spec.dataset, spec.columns, allow=self.access.check)
         check_job_schema(index.schema, transform)
         job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,

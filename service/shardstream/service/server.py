@@ -17,6 +17,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from shardstream.proto import SERVICE_NAME
 from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.service.access import DatasetAccess
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
@@ -99,7 +100,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
     pool = DecodePool(config.num_decoders, config.decoder_cpus, config.row_group_cache_bytes)
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
-    registry = JobRegistry(config.allowed_transform_modules)
+    registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes))
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),
         options=grpc_options(config.max_message_bytes, config.max_request_bytes),

@@ -1,0 +1,54 @@
+"""Which dataset URLs a service with allowed_dataset_prefixes accepts."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from shardstream.proto.errors import DatasetNotAllowed, InvalidJobSpec
+from shardstream.service.access import DatasetAccess
+
+ACCESS = DatasetAccess(("gs://team-a/train/", "/data/shared", "s3://public"))
+
+
+@pytest.mark.parametrize("url", [
+    "gs://team-a/train", "gs://team-a/train/", "gs://team-a/train/part-0.parquet", "gs://team-a/train/*.parquet",
+    "gcs://team-a/train/x.parquet",  # another spelling of the same protocol
+    "/data/shared/x.parquet", "file:///data/shared/sub/x.parquet", "s3://public/any/key.parquet",
+])
+def test_urls_under_a_prefix_are_allowed(url: str) -> None:
+    ACCESS.check(url)
+
+
+@pytest.mark.parametrize("url", [
+    "gs://team-a/training/x.parquet",  # shares the prefix's characters, not its path
+    "gs://team-a/x.parquet", "gs://team-b/train/x.parquet", "s3://public-private/x.parquet",
+    "/data/shared-secret/x.parquet", "/data", "gs://*/train/x.parquet", "memory://data/shared/x.parquet",
+])
+def test_urls_outside_every_prefix_are_refused(url: str) -> None:
+    with pytest.raises(DatasetNotAllowed, match="outside the prefixes"):
+        ACCESS.check(url)
+
+
+@pytest.mark.parametrize("url", [
+    "/data/shared/../secret/x.parquet", "gs://team-a/train/../../team-b/x.parquet", "/data/shared/./x.parquet",
+])
+def test_dot_components_are_refused(url: str) -> None:
+    with pytest.raises(DatasetNotAllowed, match=r"'\.' or '\.\.'"):
+        ACCESS.check(url)
+
+
+def test_a_relative_path_is_taken_from_the_service_directory() -> None:
+    DatasetAccess((os.getcwd(),)).check("data/x.parquet")
+    with pytest.raises(DatasetNotAllowed):
+        DatasetAccess(("/elsewhere",)).check("data/x.parquet")
+
+
+def test_no_prefixes_allow_everything() -> None:
+    DatasetAccess(()).check("/data/shared/../anything/x.parquet")
+
+
+def test_an_unknown_protocol_is_a_bad_spec_not_a_refusal() -> None:
+    with pytest.raises(InvalidJobSpec, match="nope://"):
+        ACCESS.check("nope://bucket/x")
