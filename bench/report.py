@@ -7,6 +7,7 @@ into docs/benchmarks.md.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Sequence
 from typing import Any
 
@@ -110,6 +111,28 @@ def service_text(results: dict[str, Any]) -> str:
             f"fresh service {service['ttfb_cold_s']:.2f} s (medians over the rounds)")
 
 
+def paired_text(results: dict[str, Any]) -> str:
+    """shardstream's samples/s over each other system's, round by round.
+
+    Rounds are interleaved, so a round's two figures were taken minutes apart on
+    the same machine: their ratio cancels the machine's drift between rounds,
+    which moves every system alike. Needs one run per round for both systems.
+    """
+    systems = results["systems"]
+    ours = systems.get("shardstream", {})
+    rounds = results["config"].get("repetitions")
+    if ours.get("status") != "ok" or rounds is None or len(ours["runs"]) != rounds or rounds < 2:
+        return ""
+    lines = ["shardstream / other system, samples/s round by round (each round measures both):"]
+    for name, entry in systems.items():
+        if name == "shardstream" or entry.get("status") != "ok" or len(entry["runs"]) != rounds:
+            continue
+        ratios = [a["samples_per_s"] / b["samples_per_s"] for a, b in zip(ours["runs"], entry["runs"], strict=True)]
+        lines.append(f"  {SYSTEM_LABELS.get(name, name)}: {' '.join(f'{r:.2f}' for r in ratios)} "
+                     f"(median {statistics.median(ratios):.2f}x)")
+    return "\n".join(lines) if len(lines) > 1 else ""
+
+
 def header_text(results: dict[str, Any]) -> str:
     machine = results["machine"]
     versions = machine["versions"]
@@ -129,6 +152,9 @@ def full_report(results: dict[str, Any]) -> str:
     service = service_text(results)
     if service:
         parts += ["", service]
+    paired = paired_text(results)
+    if paired:
+        parts += ["", paired]
     parts += ["", transport_table(results), "", targets_text(results["targets"])]
     floor = floor_text(results)
     if floor:
@@ -136,5 +162,5 @@ def full_report(results: dict[str, Any]) -> str:
     return "\n".join(parts)
 
 
-__all__ = ["full_report", "markdown_table", "short_reason", "systems_table", "targets_text",
+__all__ = ["full_report", "markdown_table", "paired_text", "short_reason", "systems_table", "targets_text",
            "transport_table"]

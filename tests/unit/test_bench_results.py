@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from bench.report import full_report, markdown_table
+from bench.report import full_report, markdown_table, paired_text
 from bench.results import SCHEMA, SYSTEM_METRICS, read_results, validate, write_results
 from bench.targets import evaluate
 
@@ -87,6 +87,19 @@ def test_the_report_shows_every_system_the_transport_and_every_target() -> None:
     for target in doc["targets"]:
         assert target["name"] in text
     assert "FAIL  samples/s vs torch DataLoader" in text
+
+
+def test_paired_ratios_are_taken_round_by_round() -> None:
+    doc = _document()
+    doc["config"]["repetitions"] = 3
+    doc["systems"]["shardstream"]["runs"] = [_metrics(v) for v in (900.0, 600.0, 1000.0)]
+    doc["systems"]["dataloader"]["runs"] = [_metrics(v) for v in (1000.0, 800.0, 1000.0)]
+    text = paired_text(doc)
+    assert "torch DataLoader: 0.90 0.75 1.00 (median 0.90x)" in text
+    assert "tf.data" not in text  # skipped systems have no rounds
+    assert text in full_report(doc)
+    doc["systems"]["dataloader"]["runs"].pop()  # a round missing: rounds cannot be paired
+    assert paired_text(doc) == ""
 
 
 def test_markdown_table_pads_columns() -> None:

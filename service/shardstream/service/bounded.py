@@ -57,7 +57,7 @@ class StorageCalls:
                     f"not {what}: {self._abandoned} earlier storage calls are still running past their "
                     "deadlines (max_abandoned_storage_calls); the storage is not answering the service")
         future: concurrent.futures.Future[T] = concurrent.futures.Future()
-        state = {"abandoned": False}
+        abandoned = False  # set (under the lock) once the request stops waiting for the call
 
         def work() -> None:
             try:
@@ -65,7 +65,7 @@ class StorageCalls:
             except BaseException as exc:
                 future.set_exception(exc)
             with self._lock:
-                if state["abandoned"]:
+                if abandoned:
                     self._abandoned -= 1
                     log.info("%s finished after its request's deadline", what)
 
@@ -77,7 +77,7 @@ class StorageCalls:
             with self._lock:
                 if future.done():  # finished in the instant between the timeout and the lock
                     return future.result()
-                state["abandoned"] = True
+                abandoned = True
                 self._abandoned += 1
             log.warning("%s did not finish within %.1f s; left running in the background", what, wait_s)
             raise DeadlineExceeded(
