@@ -12,7 +12,8 @@ from shardstream.service.config import ENV_PREFIX, ServiceConfig
 from tests.chart.chart import CHART_DIR, ROOT, default_values, render
 
 # Fields the chart sets from its own values instead of `config.*`.
-CHART_OWNED = {"host", "port", "ray_address", "metrics_port", "object_store_memory"}
+CHART_OWNED = {"host", "port", "ray_address", "metrics_port", "object_store_memory",
+               "tls_cert_file", "tls_key_file", "tls_client_ca_file"}
 FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
 
 

@@ -10,6 +10,7 @@ import helm_python as helm
 import pytest
 from kubernetes_validate import ValidationError
 
+from shardstream.service.config import ServiceConfig
 from tests.chart.chart import (
     CRD_KINDS,
     FULLNAME,
@@ -38,6 +39,7 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
         "enabled": True, "interval": "15s", "labels": {"release": "prometheus"}}}},
     "metrics-off": {"metrics": {"enabled": False, "serviceMonitor": {"enabled": True}}},
     "credentials-secret": {"gcp": {"credentialsSecret": "gcp-key", "credentialsKey": "sa.json"}},
+    "mutual-tls": {"tls": {"secretName": "loader-tls", "clientCA": True}},
     "workload-identity": {"serviceAccount": {"annotations": {
         "iam.gke.io/gcp-service-account": "loader@project.iam.gserviceaccount.com"}}},
     "everything-set": {
@@ -243,6 +245,25 @@ def test_credentials_from_an_existing_secret() -> None:
         assert "GOOGLE_APPLICATION_CREDENTIALS" not in env_of(c)
 
 
+def test_tls_mounts_the_secret_into_the_head_and_points_the_service_at_it() -> None:
+    out = render(VALUE_SETS["mutual-tls"])
+    head = container(out.head, "head")
+    (volume,) = [v for v in pod_spec(out.head)["volumes"] if v.get("secret", {}).get("secretName") == "loader-tls"]
+    (mount,) = [m for m in head["volumeMounts"] if m["name"] == volume["name"]]
+    assert mount["readOnly"] is True
+    config = ServiceConfig.load(environ=out.config_map)
+    assert (config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file) == tuple(
+        f"{mount['mountPath']}/{key}" for key in ("tls.crt", "tls.key", "ca.crt"))
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # kubelet's gRPC probes lack TLS
+        assert set(head[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"tcpSocket"}, probe
+        assert head[probe]["tcpSocket"]["port"] == port_named(head, "grpc")
+    assert all(v.get("secret", {}).get("secretName") != "loader-tls" for v in pod_spec(out.decode)["volumes"])
+    server_only = ServiceConfig.load(environ=render({"tls": {"secretName": "loader-tls"}}).config_map)
+    assert server_only.tls_cert_file and server_only.tls_client_ca_file is None
+    plain = ServiceConfig.load(environ=render().config_map)
+    assert (plain.tls_cert_file, plain.tls_key_file, plain.tls_client_ca_file) == (None, None, None)
+
+
 def test_workload_identity_through_the_service_account() -> None:
     out = render(VALUE_SETS["workload-identity"])
     (account,) = out.of_kind("ServiceAccount")
@@ -355,6 +376,11 @@ def test_notes_tell_the_client_address() -> None:
     assert f'RemoteLoader("{address}"' in out.notes
     assert "decode.replicas=N" in out.notes
     assert "decode.replicas=N" not in render(VALUE_SETS["hpa"]).notes
+    assert "tls=" not in out.notes
+    tls_notes = render(VALUE_SETS["mutual-tls"]).notes
+    assert 'tls=TLS(ca_file="ca.crt", cert_file="client.crt", key_file="client.key")' in tls_notes
+    assert f'server_name="{FULLNAME}.{NAMESPACE}.svc"' in tls_notes
+    assert "--tls-ca /var/run/secrets/shardstream/tls/ca.crt --tls-cert" in tls_notes
 
 
 def test_config_changes_roll_the_head_only() -> None:

@@ -99,3 +99,13 @@ def test_config_is_frozen() -> None:
     cfg = ServiceConfig()
     with pytest.raises(AttributeError):
         cfg.port = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(("overrides", "needle"), [
+    ({"tls_cert_file": "c.pem"}, "go together"),
+    ({"tls_key_file": "k.pem"}, "go together"),
+    ({"tls_client_ca_file": "ca.pem"}, "needs TLS on"),
+])
+def test_tls_settings_that_cannot_work_are_refused(overrides: dict[str, Any], needle: str) -> None:
+    with pytest.raises(ValueError, match=needle):
+        ServiceConfig.load(overrides=overrides, environ={})

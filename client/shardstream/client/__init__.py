@@ -4,6 +4,7 @@ It never imports Ray; it needs grpcio, protobuf, numpy and torch.
 """
 
 from shardstream.client.loader import RemoteLoader
+from shardstream.client.tls import TLS
 from shardstream.proto.errors import (
     CorruptSample,
     DatasetNotAllowed,
@@ -23,6 +24,7 @@ from shardstream.proto.errors import (
 )
 
 __all__ = [
+    "TLS",
     "CorruptSample",
     "DatasetNotAllowed",
     "DatasetNotFound",

@@ -14,6 +14,7 @@ import time
 
 import grpc
 
+from shardstream.client.tls import TLS
 from shardstream.proto import STREAM_BATCHES_METHOD
 from shardstream.proto.errors import ServiceUnavailable, ShardstreamError, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
@@ -41,9 +42,12 @@ CHANNEL_OPTIONS = [
 
 
 class ServiceConnection:
-    def __init__(self, address: str, connect_timeout: float) -> None:
+    def __init__(self, address: str, connect_timeout: float, tls: TLS | None = None) -> None:
         self.address = address
-        self._channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.tls = tls
+        self._channel = (
+            grpc.secure_channel(address, tls.credentials(), options=CHANNEL_OPTIONS + tls.channel_options())
+            if tls is not None else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
         self._stub = pb_grpc.LoaderStub(self._channel)
         # Batches arrive hand-framed (wire.py) and are parsed without copying tensor data.
         self.stream = self._channel.stream_stream(
@@ -59,8 +63,11 @@ class ServiceConnection:
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
         except grpc.FutureTimeoutError:
+            hint = ("over TLS: does the service speak TLS, does the CA file (tls.ca_file) sign its "
+                    "certificate, and does it want a client certificate?" if self.tls is not None
+                    else "in plaintext: if the service speaks TLS, pass tls=TLS(...)")
             raise ServiceUnavailable(
-                f"cannot reach the shardstream service at {self.address} within {timeout_s:.0f} s"
+                f"cannot reach the shardstream service at {self.address} within {timeout_s:.0f} s {hint}"
             ) from None
 
     def open_job(self, request: pb.OpenJobRequest, timeout_s: float) -> pb.OpenJobResponse:

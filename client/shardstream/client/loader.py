@@ -28,6 +28,7 @@ from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.prefetcher import StreamPrefetcher
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.tensors import batch_to_tensors, pin_available
+from shardstream.client.tls import TLS
 from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.errors import (
     InvalidJobSpec,
@@ -65,6 +66,7 @@ class RemoteLoader:
         connect_timeout: seconds to wait for the service to become reachable.
         reconnect_timeout: seconds to keep reconnecting after the link to the service breaks
             mid-epoch (default: `timeout`); the stream resumes at the next batch.
+        tls: ``TLS(...)`` when the service's port speaks TLS (default: plaintext).
     """
 
     def __init__(
@@ -88,6 +90,7 @@ class RemoteLoader:
         timeout: float = 300.0,
         connect_timeout: float = 30.0,
         reconnect_timeout: float | None = None,
+        tls: TLS | None = None,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -115,7 +118,7 @@ class RemoteLoader:
         self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout
         self._steps_done = 0  # batches of the current epoch handed to the loop
         self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
-        self._connection = ServiceConnection(address, connect_timeout)
+        self._connection = ServiceConnection(address, connect_timeout, tls)
         try:
             self.job = self._connection.open_job(self._open_request(), self.timeout)
         except ShardstreamError:

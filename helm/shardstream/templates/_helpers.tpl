@@ -219,3 +219,8 @@ imagePullSecrets:
 securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end }}
+
+{{/* Where the head mounts the TLS Secret (tls.secretName). */}}
+{{- define "shardstream.tlsDir" -}}
+/var/run/secrets/shardstream/tls
+{{- end }}

@@ -10,8 +10,12 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
+
+if TYPE_CHECKING:
+    from shardstream.client.tls import TLS
 
 log = logging.getLogger("shardstream")
 
@@ -35,9 +39,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port (0: any free)")
     serve.add_argument("--port-file", help="write the bound port here once serving")
+    serve.add_argument("--tls-cert", dest="tls_cert_file", metavar="PEM",
+                       help="certificate chain: the gRPC port speaks TLS (with --tls-key)")
+    serve.add_argument("--tls-key", dest="tls_key_file", metavar="PEM", help="the certificate's private key")
+    serve.add_argument("--tls-client-ca", dest="tls_client_ca_file", metavar="PEM",
+                       help="require client certificates signed by this CA (mutual TLS)")
 
     status = commands.add_parser("status", help="show decoders and jobs of a running service")
     status.add_argument("address", help="host:port of the service")
+    status.add_argument("--tls", action="store_true", help="the service speaks TLS (system roots unless --tls-ca)")
+    status.add_argument("--tls-ca", metavar="PEM", help="CA that signed the service's certificate (implies --tls)")
+    status.add_argument("--tls-cert", metavar="PEM", help="this client's certificate, for mutual TLS")
+    status.add_argument("--tls-key", metavar="PEM", help="this client's key, for mutual TLS")
+    status.add_argument("--tls-server-name", metavar="NAME",
+                        help="the name on the service's certificate, if the address names it otherwise")
 
     # Listed for --help; its arguments go to `python -m bench` untouched (see below).
     commands.add_parser(
@@ -51,7 +66,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return _serve(args)
-    return _status(args.address)
+    tls = None
+    if args.tls or args.tls_ca or args.tls_cert or args.tls_server_name:
+        from shardstream.client.tls import TLS
+
+        tls = TLS(ca_file=args.tls_ca, cert_file=args.tls_cert, key_file=args.tls_key,
+                  server_name=args.tls_server_name)
+    return _status(args.address, tls)
 
 
 def source_checkout(start: Path | None = None) -> Path | None:
@@ -80,7 +101,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     overrides = {k: getattr(args, k) for k in (
         "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
-        "metrics_port")}
+        "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file")}
     for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
         if getattr(args, repeated):
             overrides[repeated] = tuple(getattr(args, repeated))
@@ -99,12 +120,14 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(address: str) -> int:
+def _status(address: str, tls: TLS | None) -> int:
     from shardstream.proto.errors import from_rpc_error
     from shardstream.proto.v1 import loader_pb2 as pb
     from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 
-    with grpc.insecure_channel(address) as channel:
+    channel = (grpc.secure_channel(address, tls.credentials(), options=tls.channel_options())
+               if tls is not None else grpc.insecure_channel(address))
+    with channel:
         try:
             status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
         except grpc.RpcError as exc:

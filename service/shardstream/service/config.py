@@ -35,6 +35,9 @@ class ServiceConfig:
     max_abandoned_storage_calls: int = 64  # storage calls still running past their RPC's deadline
     object_store_memory: int | None = None  # embedded Ray only
     metrics_port: int | None = None  # Prometheus /metrics over HTTP; None: off, 0: any free port
+    tls_cert_file: str | None = None  # PEM certificate chain: the gRPC port speaks TLS (see tls.py)
+    tls_key_file: str | None = None  # its PEM private key
+    tls_client_ca_file: str | None = None  # PEM CA(s): clients must present a certificate it signed
 
     def __post_init__(self) -> None:
         if not 0 <= self.port <= 65535:
@@ -57,6 +60,10 @@ class ServiceConfig:
             raise ValueError("job_idle_ttl_s must be > 0")
         if self.grpc_workers < 2:
             raise ValueError("grpc_workers must be >= 2")
+        if bool(self.tls_cert_file) != bool(self.tls_key_file):
+            raise ValueError("tls_cert_file and tls_key_file go together: set both, or neither")
+        if self.tls_client_ca_file and not self.tls_cert_file:
+            raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
         if self.max_abandoned_storage_calls < 1:
             raise ValueError("max_abandoned_storage_calls must be >= 1")
 

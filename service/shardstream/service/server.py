@@ -25,6 +25,7 @@ from shardstream.service.jobs import JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
 from shardstream.service.servicer import LoaderServicer, lenient_parser
+from shardstream.service.tls import server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,7 @@ def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
 
 def create_server(config: ServiceConfig) -> tuple[Service, int]:
     """Start the service on an already-initialised Ray; returns the bound port."""
+    credentials = server_credentials(config)  # first: unreadable TLS files fail before anything starts
     keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
     pool = DecodePool(config.num_decoders, config.decoder_cpus, config.row_group_cache_bytes)
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
@@ -111,14 +113,16 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         (_loader_handler(LoaderServicer(config, registry, pool, metrics, storage_calls)),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    port = server.add_insecure_port(config.address)
+    port = (server.add_secure_port(config.address, credentials) if credentials is not None
+            else server.add_insecure_port(config.address))
     if port == 0:
         raise OSError(f"cannot bind {config.address}")
     server.start()
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     metrics_server = metrics.serve_http(config.host, config.metrics_port) if config.metrics_port is not None else None
-    log.info("shardstream serving on %s:%d with %d decode actor(s)", config.host, port, pool.size)
+    log.info("shardstream serving on %s:%d%s with %d decode actor(s)", config.host, port,
+             " (TLS)" if credentials is not None else "", pool.size)
     service = Service(server=server, pool=pool, registry=registry, health=health_servicer,
                       metrics=metrics, config=config, storage_calls=storage_calls,
                       metrics_server=metrics_server)

@@ -1,0 +1,87 @@
+"""The gRPC port over TLS and mutual TLS: batches arrive as in plaintext, and a client that
+speaks the wrong protocol, trusts the wrong CA or lacks a certificate gets a clear error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from shardstream.client import TLS, RemoteLoader, ServiceUnavailable
+from shardstream.service.config import ServiceConfig
+from shardstream.service.server import Service, create_server
+from tests.certs import Pki, make_pki
+from tests.datasets import oracle_batches, write_indexed
+
+N = 11
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    directory = str(tmp_path_factory.mktemp("tls-data"))
+    write_indexed(directory, [6, 5])
+    return directory
+
+
+def _serve(pki: Pki, client_ca: str | None) -> tuple[Service, str]:
+    running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25,
+                                                tls_cert_file=pki.server_cert, tls_key_file=pki.server_key,
+                                                tls_client_ca_file=client_ca))
+    return running, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def tls_address(local_ray: None, pki: Pki) -> Iterator[str]:
+    running, address = _serve(pki, client_ca=None)
+    yield address
+    running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="module")
+def mtls_address(local_ray: None, pki: Pki) -> Iterator[str]:
+    running, address = _serve(pki, client_ca=pki.ca)
+    yield address
+    running.stop(grace=1.0)
+
+
+def _epoch(address: str, dataset: str, tls: TLS | None, connect_timeout: float = 30.0) -> list[list[int]]:
+    with RemoteLoader(address, dataset=dataset, batch_size=4, seed=2, world_size=1, rank=0, tls=tls,
+                      connect_timeout=connect_timeout) as loader:
+        return [b["idx"].tolist() for b in loader]
+
+
+def test_batches_over_tls(tls_address: str, dataset: str, pki: Pki) -> None:
+    assert _epoch(tls_address, dataset, TLS(ca_file=pki.ca)) == oracle_batches(N, 1, 0, 4, True, 2, False, 0)
+
+
+def test_a_plaintext_client_is_told_to_use_tls(tls_address: str, dataset: str) -> None:
+    with pytest.raises(ServiceUnavailable, match="in plaintext: if the service speaks TLS"):
+        _epoch(tls_address, dataset, None, connect_timeout=3)
+
+
+def test_a_client_that_trusts_another_ca_is_refused(tls_address: str, dataset: str, pki: Pki) -> None:
+    with pytest.raises(ServiceUnavailable, match="over TLS: does the service speak TLS"):
+        _epoch(tls_address, dataset, TLS(ca_file=pki.other_ca), connect_timeout=3)
+
+
+def test_mutual_tls_wants_a_client_certificate(mtls_address: str, dataset: str, pki: Pki) -> None:
+    with pytest.raises(ServiceUnavailable, match="client certificate"):
+        _epoch(mtls_address, dataset, TLS(ca_file=pki.ca), connect_timeout=3)
+    trainer = TLS(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key)
+    assert _epoch(mtls_address, dataset, trainer) == oracle_batches(N, 1, 0, 4, True, 2, False, 0)
+
+
+def test_status_over_mutual_tls(mtls_address: str, pki: Pki) -> None:
+    cli = os.path.join(os.path.dirname(sys.executable), "shardstream")
+    result = subprocess.run([cli, "status", mtls_address, "--tls-ca", pki.ca, "--tls-cert", pki.client_cert,
+                             "--tls-key", pki.client_key], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert "1 decoder(s) on 1 node(s)" in result.stdout
