@@ -105,14 +105,18 @@ class ServerProcess:
 
 
 def shardstream_service(num_decoders: int, work_dir: Path, ray_address: str | None = None,
-                        log_name: str = "service.log") -> ServerProcess:
-    """``shardstream serve`` on a free loopback port with `num_decoders` decode actors."""
+                        log_name: str = "service.log",
+                        tls: tuple[str, str] | None = None) -> ServerProcess:
+    """``shardstream serve`` on a free loopback port with `num_decoders` decode actors
+    (speaking TLS with `tls` = (certificate, key) files)."""
     port_file = work_dir / "shardstream.port"
     command = [sys.executable, "-m", "shardstream.service.cli", "--log-level", "WARNING", "serve",
                "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
                "--num-decoders", str(num_decoders)]
     if ray_address:
         command += ["--ray-address", ray_address]
+    if tls:
+        command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
     return ServerProcess("shardstream service", command, port_file, work_dir / log_name)
 
 

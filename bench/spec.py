@@ -35,6 +35,7 @@ class ConsumerSpec:
     message_bytes: int = 0  # raw transports: bytes per message
     message_count: int = 0  # raw transports: messages per run
     row_bytes: int = 1  # raw transports: bytes per "sample" (a row of the transport dataset)
+    tls_ca: str = ""  # shardstream over TLS: the CA that signed the service's certificate
 
     def __post_init__(self) -> None:
         if self.system not in CONSUMER_SYSTEMS:

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Iterator
 from bench.meter import Batch, LoaderFactory
 from bench.spec import ConsumerSpec
 from bench.systems.epochs import over_epochs
-from shardstream.client import RemoteLoader
+from shardstream.client import TLS, RemoteLoader
 
 
 def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
@@ -24,7 +24,7 @@ def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
             transform="image" if spec.transform else None,
             transform_args={"size": spec.crop} if spec.transform else None,
             columns=spec.columns, rank=0, world_size=1, prefetch=spec.prefetch,
-            job_name=spec.job_name or None,
+            job_name=spec.job_name or None, tls=TLS(ca_file=spec.tls_ca) if spec.tls_ca else None,
         )
 
         def epoch(e: int) -> Iterable[Batch]:
