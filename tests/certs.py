@@ -57,6 +57,7 @@ def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str,
 
 
 def make_pki(directory: Path) -> Pki:
+    directory.mkdir(parents=True, exist_ok=True)
     keys = {name: ec.generate_private_key(ec.SECP256R1()) for name in ("ca", "other", "server", "client")}
     ca = _certificate("test CA", keys["ca"], "test CA", keys["ca"], ca=True)
     other = _certificate("other CA", keys["other"], "other CA", keys["other"], ca=True)

@@ -1,12 +1,15 @@
-"""The gRPC port over TLS and mutual TLS: batches arrive as in plaintext, and a client that
-speaks the wrong protocol, trusts the wrong CA or lacks a certificate gets a clear error."""
+"""The gRPC port over TLS and mutual TLS: batches arrive as in plaintext, a client that speaks
+the wrong protocol, trusts the wrong CA or lacks a certificate gets a clear error, and a renewed
+certificate is served without a restart."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -85,3 +88,25 @@ def test_status_over_mutual_tls(mtls_address: str, pki: Pki) -> None:
                              "--tls-key", pki.client_key], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert "1 decoder(s) on 1 node(s)" in result.stdout
+
+
+def test_a_renewed_certificate_is_served_without_a_restart(local_ray: None, dataset: str,
+                                                          tmp_path: Path) -> None:
+    """As cert-manager renews a mounted Secret: new connections get the new certificate."""
+    old, new = make_pki(tmp_path / "old"), make_pki(tmp_path / "new")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    shutil.copyfile(old.server_cert, cert)
+    shutil.copyfile(old.server_key, key)
+    running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25,
+                                                tls_cert_file=str(cert), tls_key_file=str(key)))
+    address = f"127.0.0.1:{port}"
+    try:
+        expected = oracle_batches(N, 1, 0, 4, True, 2, False, 0)
+        assert _epoch(address, dataset, TLS(ca_file=old.ca)) == expected
+        shutil.copyfile(new.server_key, key)
+        shutil.copyfile(new.server_cert, cert)
+        assert _epoch(address, dataset, TLS(ca_file=new.ca)) == expected
+        with pytest.raises(ServiceUnavailable, match="over TLS"):
+            _epoch(address, dataset, TLS(ca_file=old.ca), connect_timeout=3)
+    finally:
+        running.stop(grace=1.0)

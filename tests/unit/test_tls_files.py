@@ -8,7 +8,7 @@ import pytest
 
 from shardstream.client import TLS, InvalidJobSpec
 from shardstream.service.config import ServiceConfig
-from shardstream.service.tls import server_credentials
+from shardstream.service.tls import CertificateFiles, server_credentials
 from tests.certs import make_pki
 
 
@@ -43,3 +43,24 @@ def test_server_name_overrides_the_checked_name() -> None:
     assert TLS(server_name="loader.internal").channel_options() == [
         ("grpc.ssl_target_name_override", "loader.internal")]
     assert TLS().channel_options() == []
+
+
+def test_a_key_that_does_not_belong_to_the_certificate_is_refused_at_start(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    config = ServiceConfig(tls_cert_file=pki.server_cert, tls_key_file=pki.client_key)
+    with pytest.raises(ValueError, match="does not belong to the certificate"):
+        server_credentials(config)
+
+
+def test_renewed_files_are_picked_up_and_half_written_ones_are_not(tmp_path: Path) -> None:
+    first, second = make_pki(tmp_path / "first"), make_pki(tmp_path / "second")
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_bytes(Path(first.server_cert).read_bytes())
+    key.write_bytes(Path(first.server_key).read_bytes())
+    files = CertificateFiles(ServiceConfig(tls_cert_file=str(cert), tls_key_file=str(key)))
+    assert files.renewed() is None  # nothing changed
+    cert.write_bytes(Path(second.server_cert).read_bytes())  # the key is not there yet
+    assert files.renewed() is None
+    key.write_bytes(Path(second.server_key).read_bytes())
+    assert files.renewed() is not None
+    assert files.renewed() is None  # taken once
