@@ -15,7 +15,7 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow.parquet as pq
@@ -98,21 +98,6 @@ def load_test_split(data: str, device: torch.device) -> tuple[torch.Tensor, torc
     return pixels.to(device), labels.to(device)
 
 
-def timed(batches: Iterator[dict[str, torch.Tensor]], stats: EpochStats,
-          ) -> Iterator[dict[str, torch.Tensor]]:
-    """Yield the loader's batches, adding the time blocked in next() to stats.wait_s:
-    that is the time the model sat idle because the service was not keeping up."""
-    while True:
-        start = time.perf_counter()
-        try:
-            batch = next(batches)
-        except StopIteration:
-            stats.wait_s += time.perf_counter() - start
-            return
-        stats.wait_s += time.perf_counter() - start
-        yield batch
-
-
 def train_epoch(model: nn.Module, loader: RemoteLoader, optimizer: torch.optim.Optimizer,
                 device: torch.device, epoch: int) -> EpochStats:
     """One pass over this rank's batches; the time spent includes opening the stream."""
@@ -120,8 +105,9 @@ def train_epoch(model: nn.Module, loader: RemoteLoader, optimizer: torch.optim.O
     loss_fn = nn.CrossEntropyLoss()
     stats = EpochStats()
     start = time.perf_counter()
+    waited = loader.stats.wait_seconds  # the time the loop sat blocked on the loader, so far
     loader.set_epoch(epoch)
-    for batch in timed(iter(loader), stats):
+    for batch in loader:
         pixels = batch["pixels"].to(device, non_blocking=True)
         labels = batch["label"].to(device, non_blocking=True)
         optimizer.zero_grad(set_to_none=True)
@@ -131,6 +117,7 @@ def train_epoch(model: nn.Module, loader: RemoteLoader, optimizer: torch.optim.O
         stats.loss_sum += loss.item() * labels.numel()
         stats.samples += labels.numel()
     stats.elapsed_s = time.perf_counter() - start
+    stats.wait_s = loader.stats.wait_seconds - waited
     return stats
 
 

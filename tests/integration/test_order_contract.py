@@ -7,8 +7,10 @@ set_epoch(e) give it, with equal batch counts on all ranks.
 from __future__ import annotations
 
 import glob
+import math
 import os
 import threading
+import time
 
 import pytest
 import torch
@@ -110,6 +112,23 @@ def test_an_iteration_that_fails_before_its_first_batch_does_not_use_up_its_epoc
         following = [b["idx"].tolist() for b in loader]
     assert retried == oracle_batches(20, 2, 0, 4, True, 4, False, 0)
     assert following == oracle_batches(20, 2, 0, 4, True, 4, False, 1)
+
+
+def test_stats_count_what_arrived_and_the_time_the_loop_waited(service_address: str, dataset: str) -> None:
+    with RemoteLoader(service_address, dataset=dataset, batch_size=4, world_size=2, rank=0,
+                      columns=["idx", "x"]) as loader:
+        started = time.perf_counter()
+        got = []
+        for batch in loader:
+            got.append(batch)
+            time.sleep(0.01)  # the "step": not waiting on the loader
+        elapsed = time.perf_counter() - started
+        assert loader.stats.batches == len(got) == len(loader)
+        assert loader.stats.samples == sum(len(b["idx"]) for b in got) == math.ceil(N / 2)
+        assert loader.stats.bytes == sum(t.numel() * t.element_size() for b in got for t in b.values())
+        assert 0 < loader.stats.wait_seconds < elapsed - 0.01 * len(got)
+        list(loader)  # totals run over epochs
+        assert loader.stats.batches == 2 * len(loader)
 
 
 def test_ranks_run_concurrently_and_never_wait_for_each_other(service_address: str, dataset: str) -> None:

@@ -4,6 +4,7 @@ It never imports Ray; it needs grpcio, protobuf, numpy and torch.
 """
 
 from shardstream.client.loader import RemoteLoader
+from shardstream.client.stats import LoaderStats
 from shardstream.client.tls import TLS
 from shardstream.proto.errors import (
     CorruptSample,
@@ -32,6 +33,7 @@ __all__ = [
     "InvalidJobSpec",
     "JobNotFound",
     "JobSpecConflict",
+    "LoaderStats",
     "ProtocolMismatch",
     "RemoteLoader",
     "SchemaMismatch",

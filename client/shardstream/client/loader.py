@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
@@ -27,6 +28,7 @@ from shardstream.client.connection import ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.prefetcher import StreamPrefetcher
 from shardstream.client.state import LoaderState, spec_fingerprint
+from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import batch_to_tensors, pin_available
 from shardstream.client.tls import TLS
 from shardstream.proto import PROTOCOL_VERSION
@@ -107,6 +109,7 @@ class RemoteLoader:
         self.epoch: int | None = None  # the epoch of the current or last iteration
         self._next_epoch: int | None = None
         self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
+        self.stats = LoaderStats()  # batches, samples, bytes delivered; time the loop waited
         datasets = [dataset] if isinstance(dataset, str) else list(dataset)
         self.spec = pb.JobSpec(
             dataset=datasets, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
@@ -186,6 +189,7 @@ class RemoteLoader:
     def _batches(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
         """Batches start_step.. of `epoch`, reconnecting and resuming at the next batch if the link breaks."""
         step = start_step
+        resumed = time.perf_counter()  # the loop is blocked in next() from here until the yield
         while step < len(self):
             prefetcher = self._open_stream(epoch, step)
             received = iter(prefetcher)
@@ -203,8 +207,11 @@ class RemoteLoader:
                     step += 1
                     self._steps_done = step
                     self.samples_replaced += message.replaced_samples
+                    self.stats.add_batch(tensors)
+                    self.stats.wait_seconds += time.perf_counter() - resumed
                     yield tensors
                     del tensors  # dropped before its credit goes back with the next request
+                    resumed = time.perf_counter()
             except (ServiceUnavailable, JobNotFound) as exc:
                 if isinstance(exc, ServiceUnavailable) and exc.from_service:
                     raise  # the service is up and says it cannot serve (no decoders): not a link failure
@@ -216,6 +223,7 @@ class RemoteLoader:
             if step != len(self):
                 raise ShardstreamError(f"job {self.job.job_id} rank {self.rank} epoch {epoch}: the stream "
                                        f"ended after {step} of {len(self)} batches")
+        self.stats.wait_seconds += time.perf_counter() - resumed  # the stream's end, too
 
     def _open_stream(self, epoch: int, start_step: int) -> StreamPrefetcher:
         request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,

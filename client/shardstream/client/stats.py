@@ -1,0 +1,33 @@
+"""What a RemoteLoader has delivered, and how long the training loop waited for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class LoaderStats:
+    """Running totals over every epoch of one loader (`loader.stats`).
+
+    wait_seconds is the time the training loop spent blocked in ``next()`` on the
+    loader: opening streams, reconnecting and waiting for batches that had not
+    arrived yet. Divided by the wall time of an epoch it is the data stall: the
+    share of the step time a GPU would sit idle waiting for input. Take deltas
+    between two reads to measure one epoch.
+    """
+
+    batches: int = 0
+    samples: int = 0
+    bytes: int = 0
+    wait_seconds: float = 0.0
+
+    def add_batch(self, tensors: dict[str, torch.Tensor]) -> None:
+        self.batches += 1
+        first = next(iter(tensors.values()), None)
+        self.samples += int(first.shape[0]) if first is not None and first.dim() else 0
+        self.bytes += sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+__all__ = ["LoaderStats"]
