@@ -75,9 +75,10 @@ def test_an_abandoned_loader_does_not_keep_its_process_alive(service_address: st
         "next(it)\n"
         "print('left mid-epoch without close()')\n"
     )
-    started = time.monotonic()
-    result = subprocess.run([sys.executable, "-c", script, service_address, dataset], capture_output=True,
-                            text=True, timeout=60, env={**os.environ})
-    assert result.returncode == 0, result.stderr[-2000:]
-    assert "left mid-epoch" in result.stdout
-    assert time.monotonic() - started < 30
+    for _ in range(4):  # a hang at interpreter exit was intermittent (about one exit in three)
+        started = time.monotonic()
+        result = subprocess.run([sys.executable, "-c", script, service_address, dataset], capture_output=True,
+                                text=True, timeout=40, env={**os.environ})
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "left mid-epoch" in result.stdout
+        assert time.monotonic() - started < 30
