@@ -82,6 +82,14 @@ def test_mutual_tls_wants_a_client_certificate(mtls_address: str, dataset: str, 
     assert _epoch(mtls_address, dataset, trainer) == oracle_batches(N, 1, 0, 4, True, 2, False, 0)
 
 
+def test_tls_settings_from_the_environment(mtls_address: str, dataset: str, pki: Pki,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """A platform sets them in every training pod; the script passes no tls=."""
+    for name, path in (("CA_FILE", pki.ca), ("CERT_FILE", pki.client_cert), ("KEY_FILE", pki.client_key)):
+        monkeypatch.setenv(f"SHARDSTREAM_CLIENT_TLS_{name}", path)
+    assert _epoch(mtls_address, dataset, None) == oracle_batches(N, 1, 0, 4, True, 2, False, 0)
+
+
 def test_status_over_mutual_tls(mtls_address: str, pki: Pki) -> None:
     cli = os.path.join(os.path.dirname(sys.executable), "shardstream")
     result = subprocess.run([cli, "status", mtls_address, "--tls-ca", pki.ca, "--tls-cert", pki.client_cert,

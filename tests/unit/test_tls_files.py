@@ -64,3 +64,15 @@ def test_renewed_files_are_picked_up_and_half_written_ones_are_not(tmp_path: Pat
     key.write_bytes(Path(second.server_key).read_bytes())
     assert files.renewed() is not None
     assert files.renewed() is None  # taken once
+
+
+def test_tls_from_the_environment() -> None:
+    assert TLS.from_env({}) is None
+    assert TLS.from_env({"SHARDSTREAM_CLIENT_TLS_CA_FILE": ""}) is None  # empty means unset
+    assert TLS.from_env({"SHARDSTREAM_CLIENT_TLS_CA_FILE": "/etc/ca.pem",
+                         "SHARDSTREAM_CLIENT_TLS_CERT_FILE": "/etc/me.pem",
+                         "SHARDSTREAM_CLIENT_TLS_KEY_FILE": "/etc/me.key",
+                         "SHARDSTREAM_TLS_CERT_FILE": "/the/service/s/own"}) == TLS(
+        ca_file="/etc/ca.pem", cert_file="/etc/me.pem", key_file="/etc/me.key")
+    with pytest.raises(InvalidJobSpec, match="go together"):
+        TLS.from_env({"SHARDSTREAM_CLIENT_TLS_CERT_FILE": "/etc/me.pem"})

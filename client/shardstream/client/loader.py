@@ -68,7 +68,8 @@ class RemoteLoader:
         connect_timeout: seconds to wait for the service to become reachable.
         reconnect_timeout: seconds to keep reconnecting after the link to the service breaks
             mid-epoch (default: `timeout`); the stream resumes at the next batch.
-        tls: ``TLS(...)`` when the service's port speaks TLS (default: plaintext).
+        tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
+            SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
     """
 
     def __init__(
@@ -121,7 +122,7 @@ class RemoteLoader:
         self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout
         self._steps_done = 0  # batches of the current epoch handed to the loop
         self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
-        self._connection = ServiceConnection(address, connect_timeout, tls)
+        self._connection = ServiceConnection(address, connect_timeout, tls or TLS.from_env())
         try:
             self.job = self._connection.open_job(self._open_request(), self.timeout)
         except ShardstreamError:

@@ -1,13 +1,24 @@
-"""Connecting to a service whose gRPC port speaks TLS (the service's `tls_*` settings)."""
+"""Connecting to a service whose gRPC port speaks TLS (the service's `tls_*` settings).
+
+A training script passes ``tls=TLS(...)``, or leaves it out and lets the
+environment decide (``TLS.from_env``): a platform that mounts certificates into
+every training pod sets ``SHARDSTREAM_CLIENT_TLS_CA_FILE`` (and the client certificate's
+``SHARDSTREAM_CLIENT_TLS_CERT_FILE`` / ``SHARDSTREAM_CLIENT_TLS_KEY_FILE``,
+``SHARDSTREAM_CLIENT_TLS_SERVER_NAME``) once, and no script changes.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 import grpc
 
 from shardstream.proto.errors import InvalidJobSpec
+
+ENV_PREFIX = "SHARDSTREAM_CLIENT_TLS_"
 
 
 @dataclass(frozen=True)
@@ -29,6 +40,13 @@ class TLS:
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
             raise InvalidJobSpec("TLS cert_file and key_file go together: set both, or neither")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TLS | None:
+        """TLS from SHARDSTREAM_CLIENT_TLS_<FIELD> variables; None when none is set (plaintext)."""
+        environ = os.environ if environ is None else environ
+        values = {f.name: environ.get(ENV_PREFIX + f.name.upper()) or None for f in fields(cls)}
+        return cls(**values) if any(values.values()) else None
 
     def credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(
