@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -52,3 +53,17 @@ def test_no_prefixes_allow_everything() -> None:
 def test_an_unknown_protocol_is_a_bad_spec_not_a_refusal() -> None:
     with pytest.raises(InvalidJobSpec, match="nope://"):
         ACCESS.check("nope://bucket/x")
+
+
+def test_a_symlink_out_of_an_allowed_directory_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "allowed").mkdir()
+    (tmp_path / "secret").mkdir()
+    (tmp_path / "secret" / "x.parquet").write_bytes(b"")
+    (tmp_path / "allowed" / "inside.parquet").write_bytes(b"")
+    os.symlink(tmp_path / "secret", tmp_path / "allowed" / "link")
+    access = DatasetAccess((str(tmp_path / "allowed"),))
+    access.check(str(tmp_path / "allowed" / "inside.parquet"))
+    with pytest.raises(DatasetNotAllowed, match="outside the prefixes"):
+        access.check(str(tmp_path / "allowed" / "link" / "x.parquet"))
+    with pytest.raises(DatasetNotAllowed, match="outside the prefixes"):
+        access.check(str(tmp_path / "allowed" / "link"))
