@@ -14,6 +14,7 @@ import time
 
 import grpc
 
+from shardstream.client.shutdown import track_channel, untrack_channel
 from shardstream.client.tls import TLS
 from shardstream.proto import STREAM_BATCHES_METHOD
 from shardstream.proto.errors import ServiceUnavailable, ShardstreamError, from_rpc_error
@@ -48,6 +49,7 @@ class ServiceConnection:
         self._channel = (
             grpc.secure_channel(address, tls.credentials(), options=CHANNEL_OPTIONS + tls.channel_options())
             if tls is not None else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+        track_channel(self)
         self._stub = pb_grpc.LoaderStub(self._channel)
         # Batches arrive hand-framed (wire.py) and are parsed without copying tensor data.
         self.stream = self._channel.stream_stream(
@@ -99,6 +101,7 @@ class ServiceConnection:
                 delay = min(delay * 2, 2.0)
 
     def close(self) -> None:
+        untrack_channel(self)
         self._channel.close()
 
 

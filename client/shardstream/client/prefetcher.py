@@ -8,18 +8,14 @@ loop asks for the next one, so the window also covers the batch in the
 loop's hands. Every wait has a deadline; errors surface as typed errors;
 ``close()`` ends the request stream, cancels the RPC and joins the thread
 (a daemon, so it never keeps a process alive). Streams still open when the
-interpreter exits are closed by an atexit hook, while threads still run: left
-to the garbage collector during shutdown, closing one could wait forever on a
-gRPC lock its receive thread held when the interpreter froze it.
+interpreter exits are closed before shutdown (shutdown.py).
 """
 
 from __future__ import annotations
 
-import atexit
 import logging
 import queue
 import threading
-import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +23,7 @@ from typing import Any
 import grpc
 import torch
 
+from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.proto.errors import DeadlineExceeded, ShardstreamError, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import BatchView
@@ -66,7 +63,7 @@ class StreamPrefetcher:
         self._thread = threading.Thread(target=self._receive, name=f"shardstream-receive {describe}",
                                         daemon=True)
         self._thread.start()
-        _OPEN.add(self)
+        track_stream(self)
 
     def _control_messages(self) -> Iterator[pb.StreamControl]:
         while True:
@@ -118,22 +115,13 @@ class StreamPrefetcher:
     def close(self) -> None:
         if self._closed.is_set():
             return
-        _OPEN.discard(self)
+        untrack_stream(self)
         self._closed.set()
         self._controls.put(None)
         self._call.cancel()
         self._thread.join(timeout=5.0)
         if self._thread.is_alive():
             log.warning("%s did not stop within 5 s", self._thread.name)
-
-
-_OPEN: weakref.WeakSet[StreamPrefetcher] = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open_streams() -> None:
-    for prefetcher in list(_OPEN):
-        prefetcher.close()
 
 
 __all__ = ["StreamPrefetcher"]
