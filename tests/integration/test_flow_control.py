@@ -92,6 +92,22 @@ def test_window_smaller_than_one_batch_is_a_clear_error(service_address: str, da
         next(iter(loader))
 
 
+@pytest.mark.parametrize(("prefetch", "window_bytes"), [(-1, 0), (0, -1)])
+def test_a_negative_window_is_invalid_argument(service_address: str, dataset: str, prefetch: int,
+                                               window_bytes: int) -> None:
+    """Found by test_fuzz: prefetch=-1 reached the stream and ended in INTERNAL."""
+    with RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, world_size=1, rank=0) as loader:
+        job_id = loader.job.job_id
+    request = pb.StreamControl(open=pb.StreamBatchesRequest(
+        protocol_version=PROTOCOL_VERSION, job_id=job_id, epoch=0, rank=0, prefetch=prefetch,
+        window_bytes=window_bytes))
+    with grpc.insecure_channel(service_address) as channel, pytest.raises(grpc.RpcError) as caught:
+        list(channel.stream_stream(STREAM_BATCHES_METHOD, request_serializer=pb.StreamControl.SerializeToString,
+                                   response_deserializer=parse_batch)(iter([request]), timeout=30))
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "must be >= 0" in (caught.value.details() or "")
+
+
 def test_a_batch_is_dropped_before_its_credit_goes_back(service_address: str, dataset: str,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """Nothing in the client outlives a batch's credit, so the window bounds the batches alive."""

@@ -157,6 +157,9 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             raise InvalidJobSpec("a batch stream must start with an 'open' message")
         request = first.open
         _check_version(request.protocol_version)
+        if request.prefetch < 0 or request.window_bytes < 0:
+            raise InvalidJobSpec(f"prefetch and window_bytes must be >= 0 (0: the service's default), got "
+                                 f"prefetch={request.prefetch} and window_bytes={request.window_bytes}")
         job = self.registry.get(request.job_id)
         check_stream(job, request.epoch, request.rank, request.start_step)
         prefetch = min(request.prefetch or self.config.default_prefetch, self.config.max_prefetch)
