@@ -56,6 +56,18 @@ NOTES = {
 }
 
 
+def transport_consumer(config: BenchConfig, dataset: Path, address: str, mib: int, job_name: str,
+                       tls_ca: str = "") -> ConsumerSpec:
+    """A RemoteLoader consumer of the transport dataset in `mib` MiB batches: a warm-up epoch,
+    then the measured ones."""
+    spec = config.transport
+    rows = spec.batch_rows(mib)
+    return ConsumerSpec(system="shardstream", dataset=str(dataset), address=address, batch_size=rows,
+                        transform=False, columns=["x"], prefetch=config.prefetch,
+                        epochs=1 + spec.shardstream_epochs, warmup_batches=math.ceil(spec.num_rows / rows),
+                        job_name=job_name, tls_ca=tls_ca)
+
+
 class Runner:
     def __init__(self, config: BenchConfig, command: str) -> None:
         self.config = config
@@ -268,12 +280,8 @@ class Runner:
         with shardstream_service(cfg.cores, self.work_dir, log_name="service-transport.log") as service:
             address = f"127.0.0.1:{service.announced}"
             for mib in spec.batch_mib:
-                rows = spec.batch_rows(mib)
-                results["shardstream"][str(mib)]["runs"].append(self._measure(ConsumerSpec(
-                    system="shardstream", dataset=str(dataset), address=address, batch_size=rows,
-                    transform=False, columns=["x"], prefetch=cfg.prefetch,
-                    epochs=1 + spec.shardstream_epochs, warmup_batches=math.ceil(spec.num_rows / rows),
-                    job_name=f"bench-{self.run_id}-transport-{mib}-{rep}"),
+                results["shardstream"][str(mib)]["runs"].append(self._measure(transport_consumer(
+                    cfg, dataset, address, mib, f"bench-{self.run_id}-transport-{mib}-{rep}"),
                     f"transport-shardstream-{mib}MiB-rep{rep}", service.pid))
         for kind in RAW_KINDS:
             with raw_server(kind, self.work_dir) as server:

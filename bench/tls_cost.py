@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import math
 import statistics
 import sys
 import tempfile
@@ -31,8 +30,8 @@ from bench.consumer import run_consumer
 from bench.machine import machine_info
 from bench.procstats import process_tree_cpu, tree_cpu_delta
 from bench.report import markdown_table
+from bench.runner import transport_consumer
 from bench.services import shardstream_service
-from bench.spec import ConsumerSpec
 from bench.workload import prime_page_cache, transport_dataset
 
 log = logging.getLogger(__name__)
@@ -43,16 +42,12 @@ MODES = ("plaintext", "tls")
 def _measure(config: BenchConfig, dataset: Path, mib: int, tls: tuple[str, str, str] | None,
              work_dir: Path, label: str) -> dict[str, Any]:
     """One consumer run against a fresh service; GB/s and CPU-s per GB of both sides."""
-    spec = config.transport
-    rows = spec.batch_rows(mib)
     with shardstream_service(config.cores, work_dir, log_name=f"service-{label}.log",
                              tls=(tls[0], tls[1]) if tls else None) as service:
         before = process_tree_cpu(service.pid)
-        result = run_consumer(ConsumerSpec(
-            system="shardstream", dataset=str(dataset), address=f"127.0.0.1:{service.announced}",
-            batch_size=rows, transform=False, columns=["x"], prefetch=config.prefetch,
-            epochs=1 + spec.shardstream_epochs, warmup_batches=math.ceil(spec.num_rows / rows),
-            job_name=f"bench-tls-{label}", tls_ca=tls[2] if tls else ""),
+        result = run_consumer(
+            transport_consumer(config, dataset, f"127.0.0.1:{service.announced}", mib, f"bench-tls-{label}",
+                               tls_ca=tls[2] if tls else ""),
             config.consumer_timeout_s, work_dir / f"consumer-{label}.log")
         server_cpu = sum(tree_cpu_delta(before, process_tree_cpu(service.pid)).values())
     gb_total = result["nbytes"] / 1e9  # warm-up and measured epochs, as the CPU deltas cover

@@ -15,7 +15,7 @@ import time
 import grpc
 
 from shardstream.client.shutdown import track_channel, untrack_channel
-from shardstream.client.tls import TLS
+from shardstream.client.tls import TLS, open_channel
 from shardstream.proto import STREAM_BATCHES_METHOD
 from shardstream.proto.errors import ServiceUnavailable, ShardstreamError, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
@@ -46,9 +46,7 @@ class ServiceConnection:
     def __init__(self, address: str, connect_timeout: float, tls: TLS | None = None) -> None:
         self.address = address
         self.tls = tls
-        self._channel = (
-            grpc.secure_channel(address, tls.credentials(), options=CHANNEL_OPTIONS + tls.channel_options())
-            if tls is not None else grpc.insecure_channel(address, options=CHANNEL_OPTIONS))
+        self._channel = open_channel(address, tls, CHANNEL_OPTIONS)
         track_channel(self)
         self._stub = pb_grpc.LoaderStub(self._channel)
         # Batches arrive hand-framed (wire.py) and are parsed without copying tensor data.

@@ -10,7 +10,7 @@ every training pod sets ``SHARDSTREAM_CLIENT_TLS_CA_FILE`` (and the client certi
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -58,6 +58,13 @@ class TLS:
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
 
 
+def open_channel(address: str, tls: TLS | None, options: Sequence[tuple[str, object]] = ()) -> grpc.Channel:
+    """A channel to `address`: over TLS with `tls`, else plaintext."""
+    if tls is None:
+        return grpc.insecure_channel(address, options=list(options))
+    return grpc.secure_channel(address, tls.credentials(), options=[*options, *tls.channel_options()])
+
+
 def _read(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -65,4 +72,4 @@ def _read(path: str, what: str) -> bytes:
         raise InvalidJobSpec(f"cannot read the TLS {what} {path!r}: {exc.strerror or exc}") from None
 
 
-__all__ = ["TLS"]
+__all__ = ["TLS", "open_channel"]

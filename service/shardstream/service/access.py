@@ -23,25 +23,25 @@ from shardstream.service.dataset import canonical_url
 LOCAL = "file://"
 
 
-def _resolved(url: str) -> str:
-    """`url` in canonical form; a local path with its symlinks resolved."""
-    canonical = canonical_url(url)
+def _resolved(canonical: str) -> str:
+    """A canonical URL; a local path with its symlinks resolved."""
     return LOCAL + os.path.realpath(canonical[len(LOCAL):]) if canonical.startswith(LOCAL) else canonical
 
 
 class DatasetAccess:
     def __init__(self, prefixes: tuple[str, ...]) -> None:
-        self.prefixes = tuple(_resolved(p).rstrip("/") for p in prefixes)
+        self.prefixes = tuple(_resolved(canonical_url(p)).rstrip("/") for p in prefixes)
 
     def check(self, url: str) -> None:
         """Raise DatasetNotAllowed unless `url` lies under an allowed prefix."""
         if not self.prefixes:
             return
-        if {".", ".."} & set(canonical_url(url).split("://", 1)[-1].split("/")):
+        canonical = canonical_url(url)
+        if {".", ".."} & set(canonical.split("://", 1)[-1].split("/")):
             raise DatasetNotAllowed(f"dataset URL {url!r} has '.' or '..' path components, which this "
                                     "service (it has allowed_dataset_prefixes) does not accept")
-        canonical = _resolved(url)
-        if not any(canonical == p or canonical.startswith(p + "/") for p in self.prefixes):
+        resolved = _resolved(canonical)
+        if not any(resolved == p or resolved.startswith(p + "/") for p in self.prefixes):
             raise DatasetNotAllowed(f"dataset {url!r} is outside the prefixes this service may read "
                                     f"({', '.join(self.prefixes)}); its operator sets them "
                                     "(allowed_dataset_prefixes)")

@@ -121,13 +121,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _status(address: str, tls: TLS | None) -> int:
+    from shardstream.client.tls import open_channel
     from shardstream.proto.errors import from_rpc_error
     from shardstream.proto.v1 import loader_pb2 as pb
     from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 
-    channel = (grpc.secure_channel(address, tls.credentials(), options=tls.channel_options())
-               if tls is not None else grpc.insecure_channel(address))
-    with channel:
+    with open_channel(address, tls) as channel:
         try:
             status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
         except grpc.RpcError as exc:
