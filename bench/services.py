@@ -34,8 +34,9 @@ class ServerProcess:
     """``with ServerProcess(...) as server: server.announced`` is the port file's text."""
 
     def __init__(self, name: str, command: list[str], port_file: Path, log_path: Path,
-                 start_timeout_s: float = START_TIMEOUT_S) -> None:
+                 start_timeout_s: float = START_TIMEOUT_S, env: dict[str, str] | None = None) -> None:
         self.name = name
+        self.env = env or {}
         self.command = command
         self.port_file = port_file
         self.log_path = log_path
@@ -55,7 +56,8 @@ class ServerProcess:
         started = time.perf_counter()
         with open(self.log_path, "wb") as log_file:
             self.process = subprocess.Popen(self.command, stdout=log_file, stderr=subprocess.STDOUT,
-                                            env=child_env(), cwd=REPO_ROOT, start_new_session=True)
+                                            env={**child_env(), **self.env}, cwd=REPO_ROOT,
+                                            start_new_session=True)
         try:
             self.announced = self._wait_for_port_file()
         except BaseException:
@@ -106,9 +108,10 @@ class ServerProcess:
 
 def shardstream_service(num_decoders: int, work_dir: Path, ray_address: str | None = None,
                         log_name: str = "service.log",
-                        tls: tuple[str, str] | None = None) -> ServerProcess:
+                        tls: tuple[str, str] | None = None,
+                        config: dict[str, str] | None = None) -> ServerProcess:
     """``shardstream serve`` on a free loopback port with `num_decoders` decode actors
-    (speaking TLS with `tls` = (certificate, key) files)."""
+    (speaking TLS with `tls` = (certificate, key) files; `config`: ServiceConfig fields, by name)."""
     port_file = work_dir / "shardstream.port"
     command = [sys.executable, "-m", "shardstream.service.cli", "--log-level", "WARNING", "serve",
                "--host", "127.0.0.1", "--port", "0", "--port-file", str(port_file),
@@ -117,7 +120,8 @@ def shardstream_service(num_decoders: int, work_dir: Path, ray_address: str | No
         command += ["--ray-address", ray_address]
     if tls:
         command += ["--tls-cert", tls[0], "--tls-key", tls[1]]
-    return ServerProcess("shardstream service", command, port_file, work_dir / log_name)
+    env = {f"SHARDSTREAM_{name.upper()}": value for name, value in (config or {}).items()}
+    return ServerProcess("shardstream service", command, port_file, work_dir / log_name, env=env)
 
 
 def tfdata_service(workload_dir: Path, work_dir: Path) -> ServerProcess:

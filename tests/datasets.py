@@ -11,6 +11,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
+from shardstream.service.dataset import DatasetIndex
+from shardstream.service.read_counters import SharedReadCounters
+from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
+from shardstream.service.storage_reader import StorageReader
+
 
 def write_indexed(directory: str, shard_rows: Sequence[int], row_group_size: int = 4,
                   features: int = 3) -> list[str]:
@@ -53,6 +58,13 @@ def write_images(directory: str, shard_rows: Sequence[int], width: int = 40, hei
         paths.append(path)
         start += rows
     return paths
+
+
+def memory_reader(index: DatasetIndex, columns: list[str] | None = None,
+                  memory_bytes: int = 1 << 20) -> ShardReader:
+    """A ShardReader with the local copy off: an in-memory LRU of `memory_bytes`, then storage."""
+    return ShardReader(index, columns, RowGroupSource(StorageReader(SharedReadCounters()),
+                                                      RowGroupCache(memory_bytes)))
 
 
 def oracle_batches(n: int, world_size: int, rank: int, batch_size: int, shuffle: bool, seed: int,

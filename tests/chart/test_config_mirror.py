@@ -13,7 +13,7 @@ from tests.chart.chart import CHART_DIR, ROOT, default_values, render
 
 # Fields the chart sets from its own values instead of `config.*`.
 CHART_OWNED = {"host", "port", "ray_address", "metrics_port", "object_store_memory",
-               "tls_cert_file", "tls_key_file", "tls_client_ca_file"}
+               "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir"}
 FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
 
 
@@ -52,21 +52,26 @@ def test_the_configmap_loads_into_the_service_config() -> None:
     config = {"num_decoders": 6, "decoder_cpus": 0.5, "allowed_transform_modules": ["acme.tf", "lab.aug"],
               "allowed_dataset_prefixes": ["gs://team-a/train", "s3://shared/public"],
               "default_prefetch": 3, "max_prefetch": 9, "decode_timeout_s": 12.5,
-              "row_group_cache_bytes": 3 << 30, "max_message_bytes": 1 << 28, "grpc_workers": 16,
+              "row_group_cache_bytes": 3 << 30, "local_copy_bytes": 200 << 30,
+              "max_message_bytes": 1 << 28, "grpc_workers": 16,
               "default_window_bytes": 64 << 20, "max_request_bytes": 1 << 20, "job_idle_ttl_s": 90.0,
               "max_abandoned_storage_calls": 5}
     assert set(config) == set(default_values()["config"]), "exercise every config value"
     data = render({"config": config, "service": {"port": 6001}, "metrics": {"port": 9300},
-                   "decode": {"cpus": 4}}).config_map
+                   "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy"}}}).config_map
     loaded = ServiceConfig.load(environ=data)
     expected = ServiceConfig(host="0.0.0.0", port=6001, ray_address="auto", metrics_port=9300,
+                             local_copy_dir="/mnt/ssd/copy",
                              **{k: _as_field_value(v) for k, v in config.items()})
     assert loaded == expected
 
 
 def test_default_configmap_keeps_the_service_defaults() -> None:
     loaded = ServiceConfig.load(environ=render().config_map)
-    assert loaded == ServiceConfig(host="0.0.0.0", port=50051, ray_address="auto", metrics_port=9090)
+    mount_path = default_values()["decode"]["localCopy"]["mountPath"]
+    assert loaded == ServiceConfig(host="0.0.0.0", port=50051, ray_address="auto", metrics_port=9090,
+                                   local_copy_dir=mount_path)
+    assert loaded.local_copy_bytes == 64 * 2**30 > 0  # on by default, in the decode workers' volume
     loaded = ServiceConfig.load(environ=render({"metrics": {"enabled": False}}).config_map)
     assert loaded.metrics_port is None
 

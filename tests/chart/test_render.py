@@ -42,6 +42,12 @@ VALUE_SETS: dict[str, dict[str, Any]] = {
     "mutual-tls": {"tls": {"secretName": "loader-tls", "clientCA": True}},
     "workload-identity": {"serviceAccount": {"annotations": {
         "iam.gke.io/gcp-service-account": "loader@project.iam.gserviceaccount.com"}}},
+    "local-copy-hostpath": {"decode": {"localCopy": {"mountPath": "/mnt/nvme/shardstream", "volume": {
+        "hostPath": {"path": "/mnt/nvme/shardstream", "type": "DirectoryOrCreate"}}}}},
+    "local-copy-ephemeral": {"decode": {"localCopy": {"volume": {"ephemeral": {"volumeClaimTemplate": {
+        "metadata": {"labels": {"app": "shardstream-local-copy"}},
+        "spec": {"accessModes": ["ReadWriteOnce"], "storageClassName": "local-ssd",
+                 "resources": {"requests": {"storage": "400Gi"}}}}}}}}},
     "everything-set": {
         "image": {"repository": "registry.example/ml/shardstream", "tag": "1.2.3", "pullPolicy": "Always"},
         "imagePullSecrets": [{"name": "regcred"}],
@@ -402,3 +408,75 @@ def test_the_longest_release_name_gives_valid_names() -> None:
     (ray_head,) = [s for s in out.of_kind("Service") if s["metadata"]["name"].endswith("-ray-head")]
     address = flags(command_line(script(container(decode, "decode")), "exec ray start"))["address"]
     assert address.split(":")[0] == ray_head["metadata"]["name"]
+
+
+QUANTITY_UNITS = {"": 1, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40,
+                  "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+
+
+def _bytes(quantity: str) -> float:
+    number = quantity.rstrip("".join(QUANTITY_UNITS))
+    return float(number) * QUANTITY_UNITS[quantity[len(number):]]
+
+
+def _local_copy(workload: dict[str, Any]) -> tuple[dict[str, Any], str]:
+    """The decode container's local-copy volume and where it is mounted."""
+    volumes = {v["name"]: v for v in pod_spec(workload)["volumes"]}
+    (mount,) = [m for m in container(workload, "decode")["volumeMounts"] if m["name"] == "local-copy"]
+    assert not mount.get("readOnly")
+    return volumes[mount["name"]], mount["mountPath"]
+
+
+def test_the_local_copy_is_an_emptydir_where_the_service_looks_for_it() -> None:
+    out = render()
+    volume, mount_path = _local_copy(out.decode)
+    local_copy = default_values()["decode"]["localCopy"]
+    assert mount_path == local_copy["mountPath"] == "/var/cache/shardstream"
+    assert volume == {"name": "local-copy", "emptyDir": {"sizeLimit": local_copy["sizeLimit"]}}
+    assert out.config_map["SHARDSTREAM_LOCAL_COPY_DIR"] == mount_path
+    config = ServiceConfig.load(environ=out.config_map)
+    assert config.local_copy_dir == mount_path and config.local_copy_bytes > 0
+    # Kubelet evicts a pod whose emptyDir outgrows its sizeLimit; the copy goes past its bound
+    # by the row groups being written before it evicts, so the limit leaves room above it.
+    assert _bytes(local_copy["sizeLimit"]) >= 1.05 * config.local_copy_bytes
+    # The head runs no decode actors: no local copy there.
+    head = pod_spec(out.head)
+    assert "local-copy" not in {v["name"] for v in head["volumes"]}
+    assert all(m["mountPath"] != mount_path for c in containers(out.head) for m in c["volumeMounts"])
+    assert all(m["name"] != "local-copy" for m in container(out.decode, "wait-for-head")["volumeMounts"])
+
+    out = render({"decode": {"localCopy": {"mountPath": "/scratch/copy/", "sizeLimit": "300Gi"}},
+                  "config": {"local_copy_bytes": 280 << 30}})
+    volume, mount_path = _local_copy(out.decode)
+    assert mount_path == out.config_map["SHARDSTREAM_LOCAL_COPY_DIR"] == "/scratch/copy"
+    assert volume["emptyDir"] == {"sizeLimit": "300Gi"}
+    assert ServiceConfig.load(environ=out.config_map).local_copy_bytes == 280 << 30
+    volume, _ = _local_copy(render({"decode": {"localCopy": {"sizeLimit": ""}}}).decode)
+    assert volume == {"name": "local-copy", "emptyDir": {}}
+
+
+@pytest.mark.parametrize("value_set", ["local-copy-hostpath", "local-copy-ephemeral"])
+def test_a_local_copy_volume_replaces_the_emptydir(value_set: str) -> None:
+    values = VALUE_SETS[value_set]
+    out = render(values)
+    volume, mount_path = _local_copy(out.decode)
+    assert volume == {"name": "local-copy", **values["decode"]["localCopy"]["volume"]}
+    assert out.config_map["SHARDSTREAM_LOCAL_COPY_DIR"] == mount_path == values["decode"]["localCopy"].get(
+        "mountPath", default_values()["decode"]["localCopy"]["mountPath"])
+    validate(out.decode)
+    assert "local-copy" not in {v["name"] for v in pod_spec(out.head)["volumes"]}
+
+
+def test_the_local_copy_values_are_checked() -> None:
+    for local_copy in ({"mountPath": "var/cache"}, {"mountPath": "/"}, {"sizeLimit": "lots"},
+                       {"volume": {"hostPath": {"path": "/a"}, "emptyDir": {}}},
+                       {"volume": {"name": "x"}}, {"volume": {"hostPath": "/a"}}, {"size": "1Ti"}):
+        with pytest.raises(helm.HelmValuesError):
+            render({"decode": {"localCopy": local_copy}})
+    with pytest.raises(helm.HelmValuesError):
+        render({"config": {"local_copy_bytes": -1}})
+    for taken in ("/tmp", "/dev/shm/", "/scratch/ray"):
+        with pytest.raises(helm.HelmError, match=r"decode\.localCopy\.mountPath"):
+            render({"decode": {"localCopy": {"mountPath": taken}}, "ray": {"tempDir": "/scratch/ray"}})
+    off = ServiceConfig.load(environ=render({"config": {"local_copy_bytes": 0}}).config_map)
+    assert off.local_copy_bytes == 0

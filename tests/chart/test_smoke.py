@@ -176,11 +176,14 @@ def test_rendered_commands_serve_batches(tmp_path: Path, ray_temp_dir: str) -> N
         "ray": {"gcsPort": gcs_port, "clientServerPort": client_port, "nodeManagerPort": head_raylet,
                 "objectStoreMemory": OBJECT_STORE_BYTES, "tempDir": ray_temp_dir},
         # Two raylets on one host need two ports; in a cluster each pod has its own IP.
-        "decode": {"cpus": 2, "rayStartParams": {"node-manager-port": decode_raylet}},
+        # The local copy's volume stands in as a directory of this test's own.
+        "decode": {"cpus": 2, "rayStartParams": {"node-manager-port": decode_raylet},
+                   "localCopy": {"mountPath": str(tmp_path / "local-copy")}},
     })
     config_maps = {cm["metadata"]["name"]: cm["data"] for cm in out.of_kind("ConfigMap")}
     head_c, wait_c = container(out.head, "head"), container(out.decode, "wait-for-head")
     decode_c = container(out.decode, "decode")
+    (copy_mount,) = [m["mountPath"] for m in decode_c["volumeMounts"] if m["name"] == "local-copy"]
     ray_start = next(line for line in script(decode_c).splitlines() if "ray start" in line)
     decoders = json.loads(flags(ray_start)["resources"])["decode"]  # one decode actor per unit
     data = tmp_path / "data"
@@ -241,6 +244,8 @@ def test_rendered_commands_serve_batches(tmp_path: Path, ray_temp_dir: str) -> N
         head.send_signal(signal.SIGTERM)
         assert head.wait(timeout=STOP_DEADLINE_S) == 0, tail(logs["head"])
         assert sorted(os.listdir(home)) == [], "wrote to $HOME, which is read-only in the image"
+        # The decode actors kept the row groups they read in the decode container's volume.
+        assert list(Path(copy_mount).glob("*/*.arrow")), sorted(Path(copy_mount).rglob("*"))
     finally:
         end_all(processes, marker)
     assert marked_pids(marker) == []

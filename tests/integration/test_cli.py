@@ -3,6 +3,7 @@ clean SIGTERM."""
 
 from __future__ import annotations
 
+import glob
 import os
 import signal
 import subprocess
@@ -37,7 +38,8 @@ def test_serve_status_and_sigterm(tmp_path: object) -> None:
     cli = os.path.join(os.path.dirname(sys.executable), "shardstream")
     with open(log, "wb") as out:
         serve = subprocess.Popen([cli, "serve", "--port", "0", "--port-file", port_file, "--num-decoders", "1",
-                                  "--allow-dataset-prefix", data], stdout=out, stderr=subprocess.STDOUT)
+                                  "--allow-dataset-prefix", data, "--local-copy-dir", f"{tmp_path}/copy",
+                                  "--local-copy-bytes", str(1 << 20)], stdout=out, stderr=subprocess.STDOUT)
     try:
         port = wait_for_port(port_file, serve)
         address = f"127.0.0.1:{port}"
@@ -50,6 +52,8 @@ def test_serve_status_and_sigterm(tmp_path: object) -> None:
         assert status.returncode == 0, status.stderr
         assert "1 decoder(s) on 1 node(s)" in status.stdout
         assert "'cli-test': 11 samples" in status.stdout and "served 3 batches" in status.stdout
+        assert "from storage (4 row group(s)); hits: memory" in status.stdout, status.stdout
+        assert len(glob.glob(f"{tmp_path}/copy/*/*.arrow")) == 4  # the flags reach the decode actor
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=60) == 0
     finally:

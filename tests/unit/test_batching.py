@@ -11,9 +11,8 @@ import pytest
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
 from shardstream.service.batching import DecodedBatch, DecodeJob, check_job_schema, decode_batch
 from shardstream.service.dataset import DatasetIndex, index_dataset
-from shardstream.service.reader import RowGroupCache, ShardReader
 from shardstream.service.transforms import SampleTransform, build_transform
-from tests.datasets import write_images, write_indexed
+from tests.datasets import memory_reader, write_images, write_indexed
 
 IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
 
@@ -26,7 +25,7 @@ def _job(index: DatasetIndex, transform: str = "", args: dict[str, Any] | None =
 
 
 def _decode(job: DecodeJob, epoch: int, indices: list[int]) -> DecodedBatch:
-    reader = ShardReader(job.index, list(job.columns) or None, RowGroupCache(1 << 20))
+    reader = memory_reader(job.index, list(job.columns) or None)
     transform: SampleTransform | None = build_transform(job.transform, job.transform_args, ())
     return decode_batch(job, reader, transform, epoch, np.array(indices, dtype=np.int64))
 

@@ -16,7 +16,7 @@ from shardstream.proto.errors import (
     SchemaMismatch,
     UnreadableShard,
 )
-from shardstream.service.dataset import index_dataset, resolve_urls
+from shardstream.service.dataset import file_version, index_dataset, read_shard, resolve_urls
 from tests.datasets import write_indexed
 
 
@@ -153,10 +153,23 @@ def test_fingerprint_is_stable_and_tracks_content(tmp_path: Path) -> None:
     fp = index_dataset((str(tmp_path / "d"),)).fingerprint
     assert fp == index_dataset((str(tmp_path / "d"),)).fingerprint
     assert fp != index_dataset((str(tmp_path / "d"),), columns=("idx",)).fingerprint
-    write_indexed(str(tmp_path / "d"), [4, 4, 1])  # a shard is added
+    added = str(tmp_path / "d" / "part-00002.parquet")
+    write_indexed(str(tmp_path / "d"), [4, 4, 1])  # a shard is added (and the others rewritten)
     assert fp != index_dataset((str(tmp_path / "d"),)).fingerprint
-    write_indexed(str(tmp_path / "d"), [4, 4])
-    os.remove(tmp_path / "d" / "part-00002.parquet")
-    assert fp == index_dataset((str(tmp_path / "d"),)).fingerprint
-    write_indexed(str(tmp_path / "d"), [4, 5])  # a shard is rewritten with more rows
-    assert fp != index_dataset((str(tmp_path / "d"),)).fingerprint
+    os.remove(added)
+    # Rewritten with the same rows: a new version (mtime here, generation or ETag in a bucket),
+    # so a new fingerprint; nothing cached from the old files can be taken for the new ones.
+    rewritten = index_dataset((str(tmp_path / "d"),))
+    assert fp != rewritten.fingerprint
+    assert rewritten.fingerprint == index_dataset((str(tmp_path / "d"),)).fingerprint
+
+
+def test_a_file_version_comes_from_the_store(tmp_path: Path) -> None:
+    assert file_version({"generation": "17", "mtime": 3.0}) == "generation=17"
+    assert file_version({"ETag": '"abc"', "LastModified": "x"}) == 'ETag="abc"'
+    assert file_version({"mtime": 3.5}) == "mtime=3.5"
+    assert file_version({"size": 3}) == ""
+    path = write_indexed(str(tmp_path), [4])[0]
+    shard, _ = read_shard(path)
+    os.utime(path, (1.0, 1.0))
+    assert read_shard(path)[0].version != shard.version

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from shardstream.proto.errors import DatasetNotFound
 from shardstream.service.dataset import DatasetIndex, index_dataset
-from shardstream.service.reader import RowGroupCache, ShardReader
-from tests.datasets import write_indexed
+from shardstream.service.read_counters import SharedReadCounters
+from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
+from shardstream.service.storage_reader import StorageReader
+from tests.datasets import memory_reader, write_indexed
 
 SHARDS = [5, 0, 11, 1, 0, 7]  # empty shards, a 1-row shard, partial row groups
 N = sum(SHARDS)
@@ -29,7 +31,7 @@ def index(tmp_path_factory: pytest.TempPathFactory) -> DatasetIndex:
 
 def _reader(index: DatasetIndex, columns: list[str] | None = None,
             cache_bytes: int = 1 << 20) -> ShardReader:
-    return ShardReader(index, columns, RowGroupCache(cache_bytes))
+    return memory_reader(index, columns, cache_bytes)
 
 
 @settings(max_examples=150, deadline=None, database=None)
@@ -61,14 +63,14 @@ def test_column_selection(index: DatasetIndex) -> None:
 def test_cached_row_groups_are_reused_without_touching_the_file(tmp_path: Path) -> None:
     paths = write_indexed(str(tmp_path), [4, 4], row_group_size=2)
     index = index_dataset((str(tmp_path),))
-    cache = RowGroupCache(1 << 20)
-    ShardReader(index, None, cache).read(np.array([0, 1, 6]))
+    source = RowGroupSource(StorageReader(SharedReadCounters()), RowGroupCache(1 << 20))
+    ShardReader(index, None, source).read(np.array([0, 1, 6]))
     os.remove(paths[0])
     os.remove(paths[1])
     # A fresh reader holds no open files: these rows can only come from the shared cache.
-    assert ShardReader(index, None, cache).read(np.array([6, 1, 0])).column("idx").to_pylist() == [6, 1, 0]
+    assert ShardReader(index, None, source).read(np.array([6, 1, 0])).column("idx").to_pylist() == [6, 1, 0]
     with pytest.raises(DatasetNotFound, match="part-00000"):
-        ShardReader(index, None, RowGroupCache(1 << 20)).read(np.array([2]))
+        _reader(index).read(np.array([2]))
 
 
 def _table(rows: int) -> pa.Table:

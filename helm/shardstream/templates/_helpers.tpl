@@ -224,3 +224,12 @@ securityContext:
 {{- define "shardstream.tlsDir" -}}
 /var/run/secrets/shardstream/tls
 {{- end }}
+
+{{/* The decode workers' mount of their local copy (decode.localCopy), the service's local_copy_dir. */}}
+{{- define "shardstream.localCopyDir" -}}
+{{- $dir := .Values.decode.localCopy.mountPath | trimSuffix "/" }}
+{{- if has $dir (list "/tmp" "/dev/shm" (.Values.ray.tempDir | trimSuffix "/")) }}
+{{- fail (printf "decode.localCopy.mountPath (%s) must not be /tmp, /dev/shm or ray.tempDir: the chart mounts other volumes there" $dir) }}
+{{- end }}
+{{- $dir }}
+{{- end }}

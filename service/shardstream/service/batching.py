@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.read_counters import ReadCounters
 from shardstream.service.reader import ShardReader
 from shardstream.service.transforms import SampleTransform, collate, sample_rng
 from shardstream.service.transforms.columns import gather_arrays
@@ -43,6 +44,7 @@ class DecodedBatch:
     indices: np.ndarray  # the sample indices actually in the batch, in order
     replaced: int = 0
     decode_seconds: float = 0.0
+    reads: ReadCounters = field(default_factory=ReadCounters)  # what reading it cost the actor
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:

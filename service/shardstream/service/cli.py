@@ -10,7 +10,7 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import grpc
 
@@ -37,6 +37,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                        metavar="URL", help="URL prefix clients' datasets must lie under (repeatable; "
                        "default: any)")
     serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
+    serve.add_argument("--local-copy-dir", help="where decode nodes keep the row groups they read "
+                       "(default: $TMPDIR/shardstream-local-copy)")
+    serve.add_argument("--local-copy-bytes", type=int, help="bound of each node's local copy in bytes "
+                       "(default 64 GiB; 0: off, every read goes to storage)")
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port (0: any free)")
     serve.add_argument("--port-file", help="write the bound port here once serving")
     serve.add_argument("--tls-cert", dest="tls_cert_file", metavar="PEM",
@@ -101,7 +105,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     overrides = {k: getattr(args, k) for k in (
         "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
-        "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file")}
+        "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir",
+        "local_copy_bytes")}
     for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
         if getattr(args, repeated):
             overrides[repeated] = tuple(getattr(args, repeated))
@@ -135,10 +140,13 @@ def _status(address: str, tls: TLS | None) -> int:
     nodes = {d.node_id for d in status.decoder_status}
     lines = [f"service {address}: protocol v{status.protocol_version}, {status.decoders} decoder(s) "
              f"on {len(nodes)} node(s), up {status.uptime_seconds:.0f} s, {len(status.jobs)} job(s)"]
-    for node in sorted(nodes):
+    reads = {r.node_id: r for r in status.node_reads}
+    for node in sorted(nodes | set(reads)):
         here = [d for d in status.decoder_status if d.node_id == node]
         lines.append(f"  node {node[:12]}: {len(here)} decoder(s), {sum(d.in_flight for d in here)} "
                      f"batch(es) in flight, {sum(d.decoded for d in here)} decoded")
+        if node in reads:
+            lines.append("    " + _reads_line(reads[node]))
     for job in status.jobs:
         lines.append(
             f"  job {job.job_id} {job.job_name!r}: {job.num_samples} samples, world {job.world_size}, "
@@ -149,6 +157,17 @@ def _status(address: str, tls: TLS | None) -> int:
         )
     sys.stdout.write("\n".join(lines) + "\n")
     return 0
+
+
+def _reads_line(r: Any) -> str:
+    """One node's storage reads and cache tiers, for `shardstream status`."""
+    def rate(hits: int, misses: int) -> str:
+        return f"{hits / (hits + misses):.1%}" if hits + misses else "-"
+
+    return (f"read {r.storage_bytes_read / 1e6:,.1f} MB from storage ({r.storage_row_groups_read} row "
+            f"group(s)); hits: memory {rate(r.memory_hits, r.memory_misses)} of "
+            f"{r.memory_hits + r.memory_misses}, local disk {rate(r.disk_hits, r.disk_misses)} of "
+            f"{r.disk_hits + r.disk_misses}; local copy {r.disk_bytes / 1e6:,.1f} MB")
 
 
 if __name__ == "__main__":

@@ -27,7 +27,9 @@ class ServiceConfig:
     max_prefetch: int = 64
     default_window_bytes: int = 512 * 2**20  # bytes sent and not yet consumed, per stream
     decode_timeout_s: float = 300.0  # deadline for one batch's decode
-    row_group_cache_bytes: int = 256 * 2**20  # per decode actor
+    row_group_cache_bytes: int = 256 * 2**20  # per decode actor, in memory
+    local_copy_dir: str = ""  # per decode node: the row groups it read, on local disk; "": $TMPDIR/...
+    local_copy_bytes: int = 64 * 2**30  # bound of that local copy; 0: off (misses read storage)
     max_message_bytes: int = 1 << 30  # largest batch message sent
     max_request_bytes: int = 16 << 20  # largest request accepted (RESOURCE_EXHAUSTED above)
     job_idle_ttl_s: float = 3600.0  # a job with no open stream for this long is forgotten
@@ -64,6 +66,8 @@ class ServiceConfig:
             raise ValueError("tls_cert_file and tls_key_file go together: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
+        if self.local_copy_bytes < 0 or self.row_group_cache_bytes < 0:
+            raise ValueError("local_copy_bytes and row_group_cache_bytes must be >= 0")
         if self.max_abandoned_storage_calls < 1:
             raise ValueError("max_abandoned_storage_calls must be >= 1")
 

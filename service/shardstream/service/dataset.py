@@ -39,6 +39,7 @@ class Shard:
     size: int
     num_rows: int
     row_group_rows: tuple[int, ...]
+    version: str = ""  # the store's generation/ETag, else mtime: a rewritten file gets a new one
 
 
 @dataclass(frozen=True)
@@ -61,7 +62,7 @@ class DatasetIndex:
     def fingerprint(self) -> str:
         h = hashlib.sha256()
         for s in self.shards:
-            h.update(f"{s.url}\0{s.size}\0{s.num_rows}\n".encode())
+            h.update(f"{s.url}\0{s.size}\0{s.num_rows}\0{s.version}\n".encode())
         h.update(self.schema.to_string(show_schema_metadata=False).encode())
         return h.hexdigest()[:16]
 
@@ -123,11 +124,22 @@ def _is_shard(path: str) -> bool:
     return name.endswith(PARQUET_SUFFIXES) and not name.startswith(("_", "."))
 
 
+def file_version(info: dict[str, object]) -> str:
+    """What changes when a file is rewritten: the object's generation or ETag where the store
+    keeps one (gcs, s3), else the modification time (local files)."""
+    for key in ("generation", "VersionId", "ETag", "etag", "mtime", "LastModified", "updated"):
+        value = info.get(key)
+        if value not in (None, ""):
+            return f"{key}={value}"
+    return ""
+
+
 def read_shard(url: str) -> tuple[Shard, pa.Schema]:
     """A shard's footer: size, rows, row groups, schema."""
     try:
         fs, path = fsspec.core.url_to_fs(url)
-        size = int(fs.size(path))
+        info = fs.info(path)
+        size, version = int(info["size"]), file_version(info)
         with fs.open(path, "rb") as f:
             meta = pq.ParquetFile(f).metadata
             schema = meta.schema.to_arrow_schema()
@@ -136,7 +148,7 @@ def read_shard(url: str) -> tuple[Shard, pa.Schema]:
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UnreadableShard(f"shard {url!r} is not a readable Parquet file: {exc}") from None
     rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    return Shard(url=url, size=size, num_rows=meta.num_rows, row_group_rows=rows), schema
+    return Shard(url=url, size=size, num_rows=meta.num_rows, row_group_rows=rows, version=version), schema
 
 
 def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), max_workers: int = 16,
@@ -175,4 +187,4 @@ def _brief(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
-__all__ = ["DatasetIndex", "Shard", "index_dataset", "read_shard", "resolve_urls"]
+__all__ = ["DatasetIndex", "Shard", "file_version", "index_dataset", "read_shard", "resolve_urls"]

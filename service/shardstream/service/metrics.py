@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from shardstream.service.bounded import StorageCalls
 from shardstream.service.jobs import JobRegistry
 from shardstream.service.pool import DecodePool
+from shardstream.service.read_counters import TIERS
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +107,27 @@ class _StateCollector(Collector):
                                           "Batches decoded again because their actor died under them")
         resubmitted.add_metric([], self.pool.resubmitted)
         yield from (decoders, depth, lost, resubmitted)
+        yield from self._reads()
+
+    def _reads(self) -> Iterator[Metric]:
+        """Storage bytes read and cache hits/misses per tier, by decode node."""
+        storage = CounterMetricFamily("shardstream_storage_bytes_read",
+                                      "Bytes read from datasets' storage (footers included)", labels=["node"])
+        groups = CounterMetricFamily("shardstream_storage_row_groups_read",
+                                     "Row groups read from datasets' storage", labels=["node"])
+        hits = CounterMetricFamily("shardstream_cache_hits", "Row groups found in a cache tier",
+                                   labels=["tier", "node"])
+        misses = CounterMetricFamily("shardstream_cache_misses", "Row groups a cache tier did not hold",
+                                     labels=["tier", "node"])
+        cached = GaugeMetricFamily("shardstream_cache_bytes", "Bytes a cache tier holds", labels=["tier", "node"])
+        for node, reads in sorted(self.pool.reads_by_node().items()):
+            storage.add_metric([node], reads.storage_bytes)
+            groups.add_metric([node], reads.storage_reads)
+            for tier in TIERS:
+                hits.add_metric([tier, node], reads.hits(tier))
+                misses.add_metric([tier, node], reads.misses(tier))
+            cached.add_metric(["disk", node], reads.disk_bytes)
+        yield from (storage, groups, hits, misses, cached)
 
 
 __all__ = ["ServiceMetrics"]

@@ -13,6 +13,7 @@ resubmitted batch is byte-identical, and the stream sends each step once.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 import threading
@@ -26,7 +27,8 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from shardstream.proto.errors import DeadlineExceeded, ServiceUnavailable
 from shardstream.service.batching import DecodedBatch, DecodeJob
-from shardstream.service.decoder import DecodeWorker
+from shardstream.service.decoder import DecodeWorker, ReadSettings
+from shardstream.service.read_counters import ReadCounters
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,7 @@ class Ticket:
 
 
 class DecodePool:
-    def __init__(self, num_decoders: int | None, decoder_cpus: float, cache_bytes: int,
+    def __init__(self, num_decoders: int | None, decoder_cpus: float, read_settings: ReadSettings,
                  reconcile_s: float = 1.0) -> None:
         self._fixed = num_decoders
         # Following the cluster means one actor per `decode` unit; a fixed count on a
@@ -74,7 +76,8 @@ class DecodePool:
             max_task_retries=0,
             scheduling_strategy="SPREAD",
         )
-        self._cache_bytes = cache_bytes
+        self._read_settings = read_settings
+        self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
         self._slots: list[_Slot] = []
         self._job_refs: dict[str, Any] = {}
         self._cond = threading.Condition()
@@ -121,7 +124,7 @@ class DecodePool:
             self._cond.notify_all()
 
     def _spawn(self) -> _Slot:
-        actor = self._actor_cls.remote(self._cache_bytes)
+        actor = self._actor_cls.remote(self._read_settings)
         return _Slot(actor=actor, probe=actor.ping.remote())  # type: ignore[attr-defined]
 
     def _check_started(self, slot: _Slot) -> None:
@@ -182,6 +185,11 @@ class DecodePool:
         with self._cond:
             return [(s.node_id, s.in_flight, s.decoded) for s in self._slots if s.state is SlotState.READY]
 
+    def reads_by_node(self) -> dict[str, ReadCounters]:
+        """Storage bytes read and cache hits and misses, summed per node over every actor it ran."""
+        with self._cond:
+            return {node: dataclasses.replace(reads) for node, reads in self._reads.items()}
+
     def ready_actors(self) -> list[tuple[str, Any]]:
         """(node id, actor handle) of each ready decode actor, for operators and fault drills."""
         with self._cond:
@@ -230,6 +238,7 @@ class DecodePool:
                 result: DecodedBatch = ray.get(ticket.ref, timeout=max(deadline - time.monotonic(), 0.001))
                 with self._cond:
                     ticket.slot.decoded += 1
+                    self._reads.setdefault(ticket.slot.node_id, ReadCounters()).add(result.reads)
                 return result
             except GetTimeoutError:
                 raise DeadlineExceeded(f"a batch took longer than {timeout_s:.0f} s to decode") from None

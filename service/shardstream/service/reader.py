@@ -1,47 +1,87 @@
-"""Reading rows by global index, one row group at a time, with an LRU cache.
+"""Reading rows by global index, one row group at a time, from the node's local copy or storage.
 
-Shuffled batches touch rows all over the dataset; a decode actor keeps the
-row groups it read recently (bounded in bytes) so neighbouring batches of the
-same epoch reuse them instead of reading the shard again.
+Shuffled batches touch rows all over the dataset. With the local copy on
+(local_copy.py), every row group the node has read stays on its disk,
+memory-mapped, so storage is read about once per node whatever the order.
+With it off, a decode actor keeps the row groups it used recently in an
+in-memory LRU bounded in bytes, and every other row group is read from
+storage again. The row groups a batch lacks are loaded in parallel.
 """
 
 from __future__ import annotations
 
+import threading
 from collections import OrderedDict
+from collections.abc import Hashable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 
-import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from shardstream.proto.errors import DatasetNotFound, UnreadableShard
-from shardstream.service.dataset import DatasetIndex
+from shardstream.service.dataset import DatasetIndex, Shard
+from shardstream.service.local_copy import LocalCopy, RowGroupKey
+from shardstream.service.storage_reader import StorageReader
 
 
 class RowGroupCache:
-    """LRU of decoded row groups keyed by (shard, row group, columns), bounded in bytes."""
+    """LRU of row groups keyed by (shard URL, version, row group, columns), bounded in bytes."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._tables: OrderedDict[tuple[str, int, tuple[str, ...] | None], pa.Table] = OrderedDict()
+        self._tables: OrderedDict[Hashable, pa.Table] = OrderedDict()
         self._bytes = 0
+        self._lock = threading.Lock()  # a batch's row groups load on several threads
 
-    def get(self, key: tuple[str, int, tuple[str, ...] | None]) -> pa.Table | None:
-        table = self._tables.get(key)
+    def get(self, key: Hashable) -> pa.Table | None:
+        with self._lock:
+            table = self._tables.get(key)
+            if table is not None:
+                self._tables.move_to_end(key)
+            return table
+
+    def put(self, key: Hashable, table: pa.Table) -> None:
+        with self._lock:
+            old = self._tables.pop(key, None)
+            if old is not None:
+                self._bytes -= old.nbytes
+            self._tables[key] = table
+            self._bytes += table.nbytes
+            while self._bytes > self.max_bytes and len(self._tables) > 1:
+                _, old = self._tables.popitem(last=False)
+                self._bytes -= old.nbytes
+
+
+class RowGroupSource:
+    """A row group by (shard, row group, columns): from the node's local copy (filled from storage
+    on a miss) when it is on, else from the in-memory LRU, else from storage."""
+
+    def __init__(self, storage: StorageReader, memory: RowGroupCache | None = None,
+                 local: LocalCopy | None = None) -> None:
+        self.storage = storage
+        self.memory = memory or RowGroupCache(0)
+        self.local = local
+        self.counters = storage.counters
+
+    def cached(self, shard: Shard, row_group: int, columns: tuple[str, ...] | None) -> pa.Table | None:
+        """The row group if this process holds it already (no I/O), else None."""
+        if self.local is not None:
+            return self.local.cached(RowGroupKey(shard, row_group, columns))
+        table = self.memory.get((shard.url, shard.version, row_group, columns))
         if table is not None:
-            self._tables.move_to_end(key)
+            self.counters.count(memory_hits=1)
         return table
 
-    def put(self, key: tuple[str, int, tuple[str, ...] | None], table: pa.Table) -> None:
-        old = self._tables.pop(key, None)
-        if old is not None:
-            self._bytes -= old.nbytes
-        self._tables[key] = table
-        self._bytes += table.nbytes
-        while self._bytes > self.max_bytes and len(self._tables) > 1:
-            _, old = self._tables.popitem(last=False)
-            self._bytes -= old.nbytes
+    def get(self, shard: Shard, row_group: int, columns: tuple[str, ...] | None) -> pa.Table:
+        """The row group, loaded if need be (after `cached` said None: counted as a memory miss)."""
+        cols = list(columns) if columns is not None else None
+        if self.local is not None:
+            return self.local.get(RowGroupKey(shard, row_group, columns),
+                                  lambda: self.storage.row_group(shard, row_group, cols))
+        self.counters.count(memory_misses=1)
+        table = self.storage.row_group(shard, row_group, cols)
+        self.memory.put((shard.url, shard.version, row_group, columns), table)
+        return table
 
 
 @dataclass(frozen=True)
@@ -56,30 +96,32 @@ class Piece:
 class ShardReader:
     """Rows of one dataset by global index, in the order asked for."""
 
-    def __init__(self, index: DatasetIndex, columns: list[str] | None, cache: RowGroupCache) -> None:
+    def __init__(self, index: DatasetIndex, columns: list[str] | None, source: RowGroupSource,
+                 loaders: Executor | None = None) -> None:
         self.index = index
-        self.columns = columns
-        self.cache = cache
+        self.columns = tuple(columns) if columns is not None else None
+        self.source = source
+        self.loaders = loaders  # loads a batch's missing row groups in parallel; None: one by one
         self._file_starts = index.file_starts
         self._rg_starts = [
             np.concatenate([[0], np.cumsum(s.row_group_rows)]).astype(np.int64) for s in index.shards
         ]
-        self._files: dict[str, pq.ParquetFile] = {}
 
     def pieces(self, indices: np.ndarray) -> list[Piece]:
         """The batch `indices` as row-group pieces, without copying any row."""
         indices = np.asarray(indices, dtype=np.int64)
         file_ids = np.searchsorted(self._file_starts, indices, side="right") - 1
         local = indices - self._file_starts[file_ids]
-        out: list[Piece] = []
+        wanted: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # file, row group, rows, positions
         for file_id in np.unique(file_ids):
             in_file = np.nonzero(file_ids == file_id)[0]
             starts = self._rg_starts[file_id]
             rgs = np.searchsorted(starts, local[in_file], side="right") - 1
             for rg in np.unique(rgs):
                 at = in_file[rgs == rg]
-                out.append(Piece(self._row_group(int(file_id), int(rg)), local[at] - starts[rg], at))
-        return out
+                wanted.append((int(file_id), int(rg), local[at] - starts[rg], at))
+        tables = self._row_groups([(file_id, rg) for file_id, rg, _, _ in wanted])
+        return [Piece(table, rows, at) for table, (_, _, rows, at) in zip(tables, wanted, strict=True)]
 
     def read(self, indices: np.ndarray) -> pa.Table:
         """The rows at `indices`, in that order, as one table."""
@@ -91,28 +133,19 @@ class ShardReader:
         inverse[order] = np.arange(len(order))
         return combined.take(pa.array(inverse))
 
-    def _row_group(self, file_id: int, rg: int) -> pa.Table:
-        url = self.index.shards[file_id].url
-        key = (url, rg, tuple(self.columns) if self.columns is not None else None)
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        try:
-            table = self._open(url).read_row_group(rg, columns=self.columns)
-        except FileNotFoundError:
-            raise DatasetNotFound(f"shard {url!r} disappeared while the job was running") from None
-        except (pa.ArrowException, OSError) as exc:
-            raise UnreadableShard(f"cannot read row group {rg} of {url!r}: {exc}") from None
-        self.cache.put(key, table)
-        return table
-
-    def _open(self, url: str) -> pq.ParquetFile:
-        pf = self._files.get(url)
-        if pf is None:
-            fs, path = fsspec.core.url_to_fs(url)
-            pf = pq.ParquetFile(fs.open(path, "rb"))
-            self._files[url] = pf
-        return pf
+    def _row_groups(self, wanted: list[tuple[int, int]]) -> list[pa.Table]:
+        """The row groups (file, row group): those held already, then the rest loaded in parallel."""
+        shards = self.index.shards
+        tables = [self.source.cached(shards[f], rg, self.columns) for f, rg in wanted]
+        missing = [i for i, table in enumerate(tables) if table is None]
+        load = lambda i: self.source.get(shards[wanted[i][0]], wanted[i][1], self.columns)  # noqa: E731
+        if len(missing) > 1 and self.loaders is not None:
+            loaded = list(self.loaders.map(load, missing))
+        else:
+            loaded = [load(i) for i in missing]
+        for i, table in zip(missing, loaded, strict=True):
+            tables[i] = table
+        return tables  # type: ignore[return-value]
 
 
-__all__ = ["Piece", "RowGroupCache", "ShardReader"]
+__all__ = ["Piece", "RowGroupCache", "RowGroupSource", "ShardReader"]

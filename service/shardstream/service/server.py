@@ -21,6 +21,7 @@ from shardstream.service.access import DatasetAccess
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
+from shardstream.service.decoder import ReadSettings
 from shardstream.service.jobs import JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
@@ -100,7 +101,8 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     """Start the service on an already-initialised Ray; returns the bound port."""
     credentials = server_credentials(config)  # first: unreadable TLS files fail before anything starts
     keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
-    pool = DecodePool(config.num_decoders, config.decoder_cpus, config.row_group_cache_bytes)
+    pool = DecodePool(config.num_decoders, config.decoder_cpus, ReadSettings(
+        config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes))
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes))
     server = grpc.server(

@@ -34,6 +34,7 @@ from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job, JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
+from shardstream.service.read_counters import ReadCounters
 from shardstream.service.readahead import read_ahead
 from shardstream.service.spec import JobSpec
 from shardstream.service.streaming import check_stream, stream_batches
@@ -144,6 +145,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             uptime_seconds=time.monotonic() - self.started,
             decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n, decoded=done)
                             for node, n, done in self.pool.status()],
+            node_reads=[_node_reads(node, reads) for node, reads in sorted(self.pool.reads_by_node().items())],
         )
 
     @stream_boundary
@@ -194,6 +196,12 @@ def _read_credits(requests: Iterator[pb.StreamControl], window: CreditWindow, jo
         pass  # the client went away; the stream notices through context.is_active()
     finally:
         window.close(error)
+
+
+def _node_reads(node: str, r: ReadCounters) -> pb.NodeReads:
+    return pb.NodeReads(node_id=node, storage_bytes_read=r.storage_bytes, storage_row_groups_read=r.storage_reads,
+                        memory_hits=r.memory_hits, memory_misses=r.memory_misses, disk_hits=r.disk_hits,
+                        disk_misses=r.disk_misses, disk_bytes=r.disk_bytes)
 
 
 def _job_status(job: Job) -> pb.JobStatus:

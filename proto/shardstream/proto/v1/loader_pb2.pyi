@@ -174,16 +174,38 @@ class DecoderStatus(_message.Message):
     decoded: int
     def __init__(self, node_id: _Optional[str] = ..., in_flight: _Optional[int] = ..., decoded: _Optional[int] = ...) -> None: ...
 
+class NodeReads(_message.Message):
+    __slots__ = ("node_id", "storage_bytes_read", "storage_row_groups_read", "memory_hits", "memory_misses", "disk_hits", "disk_misses", "disk_bytes")
+    NODE_ID_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
+    STORAGE_ROW_GROUPS_READ_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_HITS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_MISSES_FIELD_NUMBER: _ClassVar[int]
+    DISK_HITS_FIELD_NUMBER: _ClassVar[int]
+    DISK_MISSES_FIELD_NUMBER: _ClassVar[int]
+    DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    node_id: str
+    storage_bytes_read: int
+    storage_row_groups_read: int
+    memory_hits: int
+    memory_misses: int
+    disk_hits: int
+    disk_misses: int
+    disk_bytes: int
+    def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ...) -> None: ...
+
 class ServiceStatus(_message.Message):
-    __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status")
+    __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status", "node_reads")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     DECODERS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DECODER_STATUS_FIELD_NUMBER: _ClassVar[int]
+    NODE_READS_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     decoders: int
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
     uptime_seconds: float
     decoder_status: _containers.RepeatedCompositeFieldContainer[DecoderStatus]
-    def __init__(self, protocol_version: _Optional[int] = ..., decoders: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., decoder_status: _Optional[_Iterable[_Union[DecoderStatus, _Mapping]]] = ...) -> None: ...
+    node_reads: _containers.RepeatedCompositeFieldContainer[NodeReads]
+    def __init__(self, protocol_version: _Optional[int] = ..., decoders: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., decoder_status: _Optional[_Iterable[_Union[DecoderStatus, _Mapping]]] = ..., node_reads: _Optional[_Iterable[_Union[NodeReads, _Mapping]]] = ...) -> None: ...

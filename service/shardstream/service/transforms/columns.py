@@ -10,6 +10,8 @@ a single copy of every byte on its way to the object store.
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Sequence
 
 import numpy as np
@@ -33,19 +35,47 @@ def gather_arrays(pieces: Sequence[Piece], count: int) -> dict[str, np.ndarray]:
     for name in pieces[0].table.column_names:
         batch: np.ndarray | None = None
         for piece in pieces:
-            column = piece.table.column(name)
-            array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-            nulls = _null_rows(array)
+            source, nulls = _column_views(piece.table)[name]
             if nulls is not None and nulls[piece.rows].any():
                 raise CorruptSample(
                     f"column {name!r} has {int(nulls[piece.rows].sum())} null value(s) in this batch")
-            source = _zero_copy_view(array)
             if batch is None:
                 batch = np.empty((count, *source.shape[1:]), dtype=source.dtype)
             _gather_into(batch, source, piece.rows, piece.at)
         assert batch is not None
         out[name] = batch
     return out
+
+
+# id(row group table) -> (a weak reference to it, its columns' views). A shuffled batch takes a row
+# or two from each of dozens of row groups, which stay cached for the epoch: their views are made
+# once per table, not once per batch. An entry goes when its table is freed.
+_VIEWS: dict[int, tuple[weakref.ref[pa.Table], dict[str, tuple[np.ndarray, np.ndarray | None]]]] = {}
+_VIEWS_LOCK = threading.Lock()
+
+
+def _column_views(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray | None]]:
+    """Each column of `table` as (zero-copy [n] or [n, k] view, rows holding a null or None)."""
+    key = id(table)
+    with _VIEWS_LOCK:
+        entry = _VIEWS.get(key)
+        if entry is not None and entry[0]() is table:
+            return entry[1]
+    views = {}
+    for name in table.column_names:
+        column = table.column(name)
+        array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        views[name] = (_zero_copy_view(array), _null_rows(array))
+    with _VIEWS_LOCK:
+        _VIEWS[key] = (weakref.ref(table, lambda _ref: _forget(key, _ref)), views)
+    return views
+
+
+def _forget(key: int, ref: weakref.ref[pa.Table]) -> None:
+    with _VIEWS_LOCK:
+        entry = _VIEWS.get(key)
+        if entry is not None and entry[0] is ref:
+            del _VIEWS[key]
 
 
 def _list_values(array: pa.FixedSizeListArray) -> pa.Array:

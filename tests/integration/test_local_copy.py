@@ -1,0 +1,133 @@
+"""The decode nodes' local copy, through the real service: same bytes, storage read once, visible.
+
+Two services of this module's own (one decode actor each): one keeps a local copy in a fresh
+directory, the other has it off and reads every row group from storage as before.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from shardstream.client import RemoteLoader
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.service.config import ServiceConfig
+from shardstream.service.server import Service, create_server
+from tests.datasets import oracle_batches, write_images, write_indexed
+from tests.integration.test_metrics import scrape
+
+SHARDS = [30, 0, 21, 13]
+N = sum(SHARDS)
+
+
+def _start(local_ray: None, copy_dir: Path | None) -> tuple[Service, str]:
+    config = ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.5, metrics_port=0,
+                           local_copy_dir=str(copy_dir or ""), local_copy_bytes=1 << 30 if copy_dir else 0)
+    running, port = create_server(config)
+    return running, f"127.0.0.1:{port}"
+
+
+@pytest.fixture(scope="module")
+def with_copy(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
+    running, address = _start(local_ray, tmp_path_factory.mktemp("copy"))
+    yield running, address
+    running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="module")
+def without_copy(local_ray: None) -> Iterator[tuple[Service, str]]:
+    running, address = _start(local_ray, None)
+    yield running, address
+    running.stop(grace=1.0)
+
+
+def _status(address: str) -> pb.ServiceStatus:
+    import grpc
+
+    with grpc.insecure_channel(address) as channel:
+        return pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
+
+
+def _reads(address: str) -> pb.NodeReads:
+    [reads] = _status(address).node_reads  # one node
+    return reads
+
+
+def _epoch(address: str, dataset: str, job: str, epoch: int, world_size: int = 2,
+           **kwargs: object) -> list[dict[str, bytes]]:
+    """Rank `world_size - 1`'s batches of `epoch`, as bytes per tensor."""
+    with RemoteLoader(address, dataset=dataset, batch_size=5, shuffle=True, seed=11, world_size=world_size,
+                      rank=world_size - 1, job_name=job, **kwargs) as loader:  # type: ignore[arg-type]
+        loader.set_epoch(epoch)
+        return [{name: t.numpy().tobytes() for name, t in batch.items()} for batch in loader]
+
+
+def test_batches_are_the_same_bytes_with_the_copy_cold_warm_and_off(
+        with_copy: tuple[Service, str], without_copy: tuple[Service, str], tmp_path: Path) -> None:
+    data = str(tmp_path / "data")
+    write_indexed(data, SHARDS, row_group_size=4, features=8)
+    cold = _epoch(with_copy[1], data, "same-bytes-cold", 3)
+    warm = _epoch(with_copy[1], data, "same-bytes-warm", 3)
+    off = _epoch(without_copy[1], data, "same-bytes-off", 3)
+    assert cold == warm == off
+    expected = oracle_batches(N, 2, 1, 5, True, 11, False, 3)
+    assert [np.frombuffer(b["idx"], dtype=np.int64).tolist() for b in cold] == expected
+
+
+def test_decoded_images_are_the_same_with_the_copy_and_without(
+        with_copy: tuple[Service, str], without_copy: tuple[Service, str], tmp_path: Path) -> None:
+    data = str(tmp_path / "images")
+    write_images(data, [9, 7])
+    args = {"transform": "image", "transform_args": {"size": 16}, "columns": ["image", "label", "idx"]}
+    assert (_epoch(with_copy[1], data, "images-copy", 1, **args)
+            == _epoch(without_copy[1], data, "images-off", 1, **args))
+
+
+def test_storage_is_read_once_and_the_status_and_metrics_say_so(with_copy: tuple[Service, str],
+                                                                tmp_path: Path) -> None:
+    running, address = with_copy
+    data = str(tmp_path / "counted")
+    paths = write_indexed(data, SHARDS, row_group_size=4, features=8)
+    row_groups = sum(pq.read_metadata(p).num_row_groups for p, rows in zip(paths, SHARDS, strict=True) if rows)
+    before = _reads(address)
+    _epoch(address, data, "counted", 0, world_size=1)  # every row, so every row group
+    first = _reads(address)
+    assert first.storage_row_groups_read - before.storage_row_groups_read == row_groups
+    # Each column chunk once, and each footer once: Arrow reads a file's last 64 KiB for its footer,
+    # all of these small files, so at most twice their size.
+    files = sum(Path(p).stat().st_size for p in paths)
+    assert 0 < first.storage_bytes_read - before.storage_bytes_read <= 2 * files
+    assert first.disk_misses - before.disk_misses == row_groups
+    assert first.disk_bytes > before.disk_bytes
+    _epoch(address, data, "counted", 1, world_size=1)  # another order, every row group again: all from the copy
+    second = _reads(address)
+    assert second.storage_bytes_read == first.storage_bytes_read
+    assert second.memory_hits > first.memory_hits
+    assert running.metrics_port
+    node = ("node", _status(address).node_reads[0].node_id)
+    metrics = scrape(running.metrics_port)
+    assert metrics[("shardstream_storage_bytes_read_total", (node,))] == second.storage_bytes_read
+    assert metrics[("shardstream_cache_misses_total", (node, ("tier", "disk")))] == second.disk_misses
+    assert metrics[("shardstream_cache_bytes", (node, ("tier", "disk")))] == second.disk_bytes
+
+
+def test_a_rewritten_shard_is_read_again_not_served_from_the_copy(with_copy: tuple[Service, str],
+                                                                 tmp_path: Path) -> None:
+    address = with_copy[1]
+    data = tmp_path / "rewritten"
+    write_indexed(str(data), [12], row_group_size=4)
+    first = _epoch(address, str(data), "before-rewrite", 0, columns=["y"])
+    assert {v for b in first for v in np.frombuffer(b["y"], dtype=np.int32)} != {7}
+    table = pq.read_table(data / "part-00000.parquet")
+    time.sleep(0.01)
+    pq.write_table(table.set_column(2, "y", pa.array(np.full(12, 7, dtype=np.int32))),
+                   data / "part-00000.parquet", row_group_size=4)
+    again = _epoch(address, str(data), "after-rewrite", 0, columns=["y"])
+    assert {v for b in again for v in np.frombuffer(b["y"], dtype=np.int32)} == {7}
