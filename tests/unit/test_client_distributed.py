@@ -30,8 +30,10 @@ def test_out_of_range(rank: int, world: int) -> None:
 def test_job_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SHARDSTREAM_JOB_NAME", raising=False)
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "none")  # torchrun's value without rendezvous id
-    assert default_job_name() == ""
+    assert default_job_name(0, 2) == ""
     monkeypatch.setenv("TORCHELASTIC_RUN_ID", "run-7")
-    assert default_job_name() == "run-7"
+    assert default_job_name(0, 2) == "run-7/loader-0/world-2"
+    assert default_job_name(1, 2) == "run-7/loader-1/world-2"  # a second loader: another job
+    assert default_job_name(0, 4) == "run-7/loader-0/world-4"  # restarted at another world size
     monkeypatch.setenv("SHARDSTREAM_JOB_NAME", "explicit")
-    assert default_job_name() == "explicit"
+    assert default_job_name(0, 2) == "explicit/loader-0/world-2"

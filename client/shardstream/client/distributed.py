@@ -26,13 +26,19 @@ def resolve_rank_world(rank: int | None, world_size: int | None) -> tuple[int, i
     return rank, world_size
 
 
-def default_job_name() -> str:
-    """Ranks of one torchrun job agree on this without talking to each other."""
-    explicit = os.environ.get("SHARDSTREAM_JOB_NAME")
-    if explicit:
-        return explicit
-    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    return run_id if run_id not in ("", "none") else ""
+def default_job_name(loader_ordinal: int, world_size: int) -> str:
+    """The job a loader joins when it names none; its ranks agree on it without talking.
+
+    The run (SHARDSTREAM_JOB_NAME, else torchrun's run id), which of the process's loaders this
+    is (every rank creates its train and validation loaders in the same order), and the world
+    size: two loaders of one script are two jobs, the same loader on every rank is one, and a
+    restart of the run at another world size is a new job that `load_state_dict` resumes. With
+    no run at all, "": the service names the job after its spec.
+    """
+    run = os.environ.get("SHARDSTREAM_JOB_NAME") or os.environ.get("TORCHELASTIC_RUN_ID", "")
+    if run in ("", "none"):
+        return ""
+    return f"{run}/loader-{loader_ordinal}/world-{world_size}"
 
 
 __all__ = ["default_job_name", "resolve_rank_world"]

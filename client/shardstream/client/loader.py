@@ -15,6 +15,7 @@ joins) the job and streams its own batches.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import time
@@ -43,6 +44,7 @@ from shardstream.proto.v1 import loader_pb2 as pb
 log = logging.getLogger(__name__)
 
 _CORRUPT = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
+_LOADERS_CREATED = itertools.count()  # this process's loaders, in creation order (default_job_name)
 
 
 class RemoteLoader:
@@ -62,7 +64,9 @@ class RemoteLoader:
         prefetch_bytes: the most bytes of batches received or in flight and not yet consumed by
             the loop (the memory prefetching may use); None takes the service's default.
         on_corrupt: ``"fail"`` (default) or ``"skip"`` (replace deterministically, count).
-        job_name: ranks of one job share it; defaults to SHARDSTREAM_JOB_NAME or torchrun's run id.
+        job_name: ranks of one job share it. Default: the run (SHARDSTREAM_JOB_NAME, else torchrun's
+            run id), this loader's place among the process's loaders, and the world size, so a
+            script's train and validation loaders are two jobs without naming them.
         timeout: seconds any single wait (a batch, the job opening) may take before
             DeadlineExceeded.
         connect_timeout: seconds to wait for the service to become reachable.
@@ -118,7 +122,8 @@ class RemoteLoader:
             transform=pb.TransformSpec(name=transform or "", args_json=json.dumps(dict(transform_args or {}))),
             columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
         )
-        self.job_name = job_name if job_name is not None else default_job_name()
+        self.job_name = (job_name if job_name is not None
+                         else default_job_name(next(_LOADERS_CREATED), self.world_size))
         self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout
         self._steps_done = 0  # batches of the current epoch handed to the loop
         self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
