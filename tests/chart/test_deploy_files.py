@@ -82,7 +82,7 @@ def test_the_image_is_non_root_and_carries_what_the_chart_runs() -> None:
     runs = [i for i in instructions if i.startswith("RUN ")]
     torch = next(i for i in runs if "torch==" in i)
     assert "--index-url" in torch and "download.pytorch.org/whl/cpu" in " ".join(instructions)
-    assert any('pip install ".[s3]"' in i for i in runs)  # the project itself, able to read s3://
+    assert any('pip install ".[service,s3]"' in i for i in runs)  # the service, able to read s3://
     # Ports the chart uses by default are documented as exposed.
     (expose,) = [set(map(int, i.split()[1:])) for i in instructions if i.startswith("EXPOSE ")]
     values = default_values()

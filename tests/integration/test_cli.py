@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
@@ -68,23 +67,3 @@ def test_status_of_a_dead_address_fails_clearly() -> None:
     result = subprocess.run([cli, "status", "127.0.0.1:1"], capture_output=True, text=True, timeout=30)
     assert result.returncode == 1
     assert "127.0.0.1:1" in result.stderr
-
-
-def test_bench_runs_the_harness_of_the_checkout_with_its_arguments() -> None:
-    cli = os.path.join(os.path.dirname(sys.executable), "shardstream")
-    result = subprocess.run([cli, "bench", "--systems", "nosuchsystem"], capture_output=True, text=True,
-                            timeout=120)
-    # The harness itself answered: it names the systems it knows.
-    assert result.returncode != 0
-    assert "unknown system(s) ['nosuchsystem']" in result.stderr + result.stdout
-
-
-def test_bench_outside_a_checkout_says_what_it_needs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from shardstream.service import cli
-
-    assert cli.source_checkout() is not None  # the tests run from a checkout
-    assert cli.source_checkout(tmp_path / "site-packages" / "shardstream" / "cli.py") is None
-    monkeypatch.setattr(cli, "source_checkout", lambda start=None: None)
-    assert cli.main(["bench", "--quick"]) == 2
-    assert "needs a source checkout" in capsys.readouterr().err

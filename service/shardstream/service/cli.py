@@ -1,15 +1,13 @@
-"""`shardstream` command line: serve, status, bench."""
+"""`shardstream` command line: serve, status."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import signal
-import subprocess
 import sys
 import threading
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -58,14 +56,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--tls-server-name", metavar="NAME",
                         help="the name on the service's certificate, if the address names it otherwise")
 
-    # Listed for --help; its arguments go to `python -m bench` untouched (see below).
-    commands.add_parser(
-        "bench", add_help=False,
-        help="run the side-by-side benchmark from a source checkout (python -m bench; --help for its options)")
-
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["bench"]:
-        return _bench(argv[1:])
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
@@ -79,29 +69,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     return _status(args.address, tls)
 
 
-def source_checkout(start: Path | None = None) -> Path | None:
-    """The repository this package runs from (an editable install), if the benchmark is there."""
-    here = (start or Path(__file__)).resolve()
-    for parent in here.parents:
-        if (parent / "bench" / "__main__.py").is_file() and (parent / "pyproject.toml").is_file():
-            return parent
-    return None
-
-
-def _bench(bench_args: list[str]) -> int:
-    root = source_checkout()
-    if root is None:
-        sys.stderr.write("shardstream bench needs a source checkout (the benchmark harness and its "
-                         "generated workloads are not part of the wheel): clone the repository and run "
-                         "`make bench` or `shardstream bench` there\n")
-        return 2
-    return subprocess.call([sys.executable, "-m", "bench", *bench_args], cwd=root)
-
-
 def _serve(args: argparse.Namespace) -> int:
     from shardstream.service.config import ServiceConfig
-    from shardstream.service.ray_runtime import connect_ray
-    from shardstream.service.server import create_server
+
+    try:
+        from shardstream.service.ray_runtime import connect_ray
+        from shardstream.service.server import create_server
+    except ModuleNotFoundError as exc:  # a training-side install: the client only
+        log.error("`shardstream serve` needs the service's packages (%s is missing): "
+                  "pip install 'shardstream[service]'", exc.name)
+        return 2
 
     overrides = {k: getattr(args, k) for k in (
         "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
