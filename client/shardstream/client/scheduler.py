@@ -1,0 +1,183 @@
+"""Which step to request from which sender: one rank drawing its batches from many decoders.
+
+Pure bookkeeping, no I/O (docs/data-plane.md). The prefetcher asks
+`requests()` what to send where, and reports what arrived (`received`), what
+failed (`failed`), and what the training loop has finished with (`consumed`).
+The scheduler keeps these invariants:
+
+- every step from the start to the end is delivered to the loop once, in
+  order (`pop_ready`), whichever sender answered and in whatever order;
+- a step is outstanding at one sender at a time; a failed sender's steps go
+  back to the queue, the lowest first, for the senders still alive;
+- steps go to the live sender with the fewest outstanding, below `per_sender`;
+- requested, received and handed-out batches together stay within
+  `window_batches` and `window_bytes`. A step not yet received counts as the
+  largest batch seen so far; until one has arrived, one step is requested at a
+  time. When a failure sends back a step the loop is waiting for while later
+  batches fill the window, the latest of those are given up and requested
+  again afterwards, so the window holds and the rank never deadlocks.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Request:
+    sender: Hashable
+    step: int
+    max_bytes: int  # what the window still allows this batch
+
+
+@dataclass
+class _Sender:
+    outstanding: set[int] = field(default_factory=set)
+
+
+class StepScheduler:
+    def __init__(self, start_step: int, end_step: int, window_batches: int, window_bytes: int,
+                 per_sender: int) -> None:
+        if not 0 <= start_step <= end_step:
+            raise ValueError(f"steps {start_step}..{end_step} are not a range")
+        if window_batches < 1 or window_bytes < 1 or per_sender < 1:
+            raise ValueError("window_batches, window_bytes and per_sender must be >= 1")
+        self.end_step = end_step
+        self.window_batches = window_batches
+        self.window_bytes = window_bytes
+        self.per_sender = per_sender
+        self._next_new = start_step  # the lowest step never requested
+        self._retry: list[int] = []  # heap: steps whose sender failed, to request again
+        self._senders: dict[Hashable, _Sender] = {}
+        self._where: dict[int, Hashable] = {}  # outstanding step -> its sender
+        self._arrived: dict[int, int] = {}  # received, not yet handed out: step -> bytes
+        self._handed: dict[int, int] = {}  # handed to the loop, not yet consumed: step -> bytes
+        self._next_out = start_step  # the next step the loop gets
+        self._largest = 0  # bytes of the largest batch received: the estimate for one in flight
+        self.given_up = 0  # received batches dropped to make room for an earlier step (after failures)
+
+    # ------------------------------------------------------------ senders
+
+    def add_sender(self, sender: Hashable) -> None:
+        self._senders.setdefault(sender, _Sender())
+
+    def failed(self, sender: Hashable) -> list[int]:
+        """Forget `sender`; its outstanding steps are requested again elsewhere. Returns them."""
+        state = self._senders.pop(sender, None)
+        if state is None:
+            return []
+        for step in state.outstanding:
+            del self._where[step]
+            heapq.heappush(self._retry, step)
+        return sorted(state.outstanding)
+
+    @property
+    def senders(self) -> list[Hashable]:
+        return list(self._senders)
+
+    # ------------------------------------------------------------ flow
+
+    def requests(self) -> list[Request]:
+        """The steps to request now, each from the least-loaded live sender, within the window."""
+        out: list[Request] = []
+        while True:
+            step = self._peek_step()
+            if step is None:
+                return out
+            if not self._window_allows() and not self._make_room_for(step):
+                return out
+            sender = self._least_loaded()
+            if sender is None:
+                return out
+            self._take_step()
+            self._senders[sender].outstanding.add(step)
+            self._where[step] = sender
+            out.append(Request(sender, step, self.window_bytes - self._bytes_in_use(excluding=step)))
+
+    def received(self, sender: Hashable, step: int, nbytes: int) -> bool:
+        """A batch arrived. False when it is not wanted (a duplicate, or from a sender whose steps
+        were already given to others): the caller drops it."""
+        if self._where.get(step) != sender:
+            return False
+        del self._where[step]
+        self._senders[sender].outstanding.discard(step)
+        self._arrived[step] = nbytes
+        self._largest = max(self._largest, nbytes)
+        return True
+
+    def _make_room_for(self, step: int) -> bool:
+        """After a failure, the step the loop waits for may be queued again while later steps fill
+        the window: give up the latest received batches (never handed out, so requested again
+        later) until it fits. True when it does."""
+        while self._arrived and step < min(self._arrived) and not self._window_allows():
+            latest = max(self._arrived)
+            del self._arrived[latest]
+            heapq.heappush(self._retry, latest)
+            self.given_up += 1
+        return self._window_allows() and step == self._peek_step()
+
+    def pop_ready(self) -> int | None:
+        """The next step for the loop, if it has arrived."""
+        if self._next_out not in self._arrived:
+            return None
+        step = self._next_out
+        self._handed[step] = self._arrived.pop(step)
+        self._next_out += 1
+        return step
+
+    def consumed(self, step: int) -> None:
+        """The loop is done with `step`: its bytes leave the window."""
+        self._handed.pop(step, None)
+
+    @property
+    def finished(self) -> bool:
+        """Every step has been handed to the loop."""
+        return self._next_out >= self.end_step
+
+    @property
+    def outstanding(self) -> dict[int, Hashable]:
+        return dict(self._where)
+
+    @property
+    def in_flight(self) -> int:
+        """Batches requested, received or handed out, and not yet consumed."""
+        return self._in_flight()
+
+    # ------------------------------------------------------------ helpers
+
+    def _peek_step(self) -> int | None:
+        if self._retry:
+            return self._retry[0]
+        return self._next_new if self._next_new < self.end_step else None
+
+    def _take_step(self) -> None:
+        if self._retry:
+            heapq.heappop(self._retry)
+        else:
+            self._next_new += 1
+
+    def _least_loaded(self) -> Hashable | None:
+        open_ = [(len(s.outstanding), i, name) for i, (name, s) in enumerate(self._senders.items())
+                 if len(s.outstanding) < self.per_sender]
+        return min(open_)[2] if open_ else None
+
+    def _in_flight(self) -> int:
+        return len(self._where) + len(self._arrived) + len(self._handed)
+
+    def _bytes_in_use(self, excluding: int | None = None) -> int:
+        pending = sum(1 for step in self._where if step != excluding)
+        return pending * self._largest + sum(self._arrived.values()) + sum(self._handed.values())
+
+    def _window_allows(self) -> bool:
+        if self._in_flight() == 0:  # always one: a batch larger than the window is the server's error
+            return True
+        if self._in_flight() >= self.window_batches:
+            return False
+        if self._largest == 0:  # no batch size known yet: one step at a time
+            return not self._where
+        return self._bytes_in_use() + self._largest <= self.window_bytes
+
+
+__all__ = ["Request", "StepScheduler"]

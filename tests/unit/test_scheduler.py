@@ -1,0 +1,157 @@
+"""StepScheduler: every step once and in order, through any arrival order and sender failures,
+least-loaded, within the window."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardstream.client.scheduler import StepScheduler
+
+
+def test_steps_go_to_the_least_loaded_sender_within_its_cap() -> None:
+    s = StepScheduler(0, 100, window_batches=10, window_bytes=10**9, per_sender=2)
+    for name in ("a", "b", "c"):
+        s.add_sender(name)
+    first = s.requests()
+    assert [(r.sender, r.step) for r in first] == [("a", 0)]  # no size known yet: one at a time
+    assert s.received("a", 0, 100)
+    more = s.requests()  # ties go to the sender that joined first
+    assert [(r.sender, r.step) for r in more] == [("a", 1), ("b", 2), ("c", 3), ("a", 4), ("b", 5), ("c", 6)]
+    assert s.requests() == []  # every sender at its cap of 2
+    assert s.received("c", 6, 100)
+    assert [(r.sender, r.step) for r in s.requests()] == [("c", 7)]
+
+
+def test_the_window_bounds_batches_and_bytes() -> None:
+    s = StepScheduler(0, 100, window_batches=4, window_bytes=350, per_sender=10)
+    s.add_sender("a")
+    s.requests()
+    s.received("a", 0, 100)
+    assert [r.step for r in s.requests()] == [1, 2]  # 100 received + 2 x 100 estimated <= 350
+    assert s.pop_ready() == 0
+    assert s.requests() == []  # handed out but not consumed still counts
+    s.consumed(0)
+    assert [r.step for r in s.requests()] == [3]
+    (request,) = [r for r in [*s.requests()]] or [None]
+    assert request is None
+
+
+def test_max_bytes_is_what_the_window_leaves_for_the_batch() -> None:
+    s = StepScheduler(0, 10, window_batches=10, window_bytes=1000, per_sender=10)
+    s.add_sender("a")
+    (r0,) = s.requests()
+    assert r0.max_bytes == 1000
+    s.received("a", 0, 300)
+    r1, r2 = s.requests()
+    assert (r1.max_bytes, r2.max_bytes) == (1000 - 300, 1000 - 300 - 300)
+
+
+def test_a_failed_senders_steps_go_elsewhere_lowest_first_and_late_answers_are_dropped() -> None:
+    s = StepScheduler(0, 6, window_batches=6, window_bytes=10**9, per_sender=3)
+    s.add_sender("a")
+    s.add_sender("b")
+    s.requests()
+    s.received("a", 0, 1)
+    s.requests()  # 1 -> a, 2 -> b, 3 -> a, 4 -> b, 5 -> a: the window of 6 is full
+    assert s.failed("b") == [2, 4]
+    assert not s.received("b", 4, 1)  # a late answer from the failed sender
+    assert s.requests() == []  # a is at its cap of 3
+    s.add_sender("c")
+    assert [(r.sender, r.step) for r in s.requests()] == [("c", 2), ("c", 4)]
+    assert s.outstanding == {1: "a", 3: "a", 5: "a", 2: "c", 4: "c"}
+
+
+def test_a_sender_joining_takes_work() -> None:
+    s = StepScheduler(0, 10, window_batches=10, window_bytes=10**9, per_sender=1)
+    s.add_sender("a")
+    s.requests()
+    s.received("a", 0, 10)
+    s.requests()
+    assert s.requests() == []  # a holds step 1, its cap
+    s.add_sender("b")
+    assert [(r.sender, r.step) for r in s.requests()] == [("b", 2)]
+
+
+def test_no_sender_no_requests() -> None:
+    s = StepScheduler(3, 5, window_batches=4, window_bytes=10, per_sender=1)
+    assert s.requests() == [] and not s.finished
+    with pytest.raises(ValueError):
+        StepScheduler(5, 3, window_batches=4, window_bytes=10, per_sender=1)
+
+
+@settings(max_examples=300, deadline=None, database=None)
+@given(start=st.integers(0, 5), steps=st.integers(0, 40), window=st.integers(1, 8),
+       senders=st.integers(1, 4), per_sender=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
+       sizes=st.lists(st.integers(1, 50), min_size=1, max_size=5), window_bytes=st.integers(40, 400))
+def test_every_step_once_in_order_through_random_arrivals_and_failures(
+        start: int, steps: int, window: int, senders: int, per_sender: int, seed: int,
+        sizes: list[int], window_bytes: int) -> None:
+    rng = random.Random(seed)
+    end = start + steps
+    s = StepScheduler(start, end, window, window_bytes, per_sender)
+    names = iter(range(10**6))
+    for _ in range(senders):
+        s.add_sender(next(names))
+    in_flight: list[tuple[object, int]] = []  # (sender, step) answers still on their way
+    delivered: list[int] = []
+    holding: list[int] = []  # handed to the loop, not consumed yet
+    for _ in range(20 * (steps + 1) + 100):
+        if s.finished and not holding:
+            break
+        for r in s.requests():
+            assert r.sender in s.senders
+            in_flight.append((r.sender, r.step))
+        assert len(s.outstanding) <= len(s.senders) * per_sender
+        assert s.in_flight <= window or s.in_flight == 1
+        assert s.in_flight >= len(holding)
+        event = rng.random()
+        if in_flight and event < 0.6:
+            sender, step = in_flight.pop(rng.randrange(len(in_flight)))
+            s.received(sender, step, rng.choice(sizes))
+        elif event < 0.65 and s.senders:
+            s.failed(rng.choice(s.senders))  # its answers may still arrive: they must be dropped
+            if not s.senders or rng.random() < 0.5:
+                s.add_sender(next(names))
+        elif event < 0.85:
+            step_out = s.pop_ready()
+            if step_out is not None:
+                delivered.append(step_out)
+                holding.append(step_out)
+        elif holding:
+            s.consumed(holding.pop(0))
+    assert delivered == list(range(start, end))
+    assert s.finished
+
+
+def test_a_step_sent_back_by_a_failure_gets_room_from_later_batches() -> None:
+    """Found by the property test: later steps filled the window while the step the loop waits
+    for was queued again after its sender failed, and nothing could be requested any more."""
+    s = StepScheduler(0, 4, window_batches=4, window_bytes=40, per_sender=3)
+    s.add_sender("a")
+    s.add_sender("b")
+    s.requests()
+    s.received("a", 0, 1)
+    assert [(r.sender, r.step) for r in s.requests()] == [("a", 1), ("b", 2), ("a", 3)]
+    s.received("a", 3, 21)  # the largest batch so far: 21 bytes, the estimate for the others
+    assert s.failed("a") == [1]
+    s.add_sender("c")
+    # 1 (step 0) + 21 (step 3) + 21 (step 2, on its way) leaves no room for step 1: step 3 is given up.
+    assert [(r.sender, r.step) for r in s.requests()] == []
+    assert s.pop_ready() == 0
+    s.consumed(0)
+    s.received("b", 2, 10)
+    assert [(r.sender, r.step) for r in s.requests()] == [("b", 1)]
+    assert s.given_up >= 1
+    s.received("b", 1, 10)
+    delivered = [s.pop_ready(), s.pop_ready()]
+    assert delivered == [1, 2]
+    for step in delivered:
+        s.consumed(step)
+    (again,) = s.requests()
+    assert again.step == 3  # requested again, once
+    s.received(again.sender, 3, 21)
+    assert s.pop_ready() == 3 and s.finished
