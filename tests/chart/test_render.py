@@ -480,3 +480,11 @@ def test_the_local_copy_values_are_checked() -> None:
             render({"decode": {"localCopy": {"mountPath": taken}}, "ray": {"tempDir": "/scratch/ray"}})
     off = ServiceConfig.load(environ=render({"config": {"local_copy_bytes": 0}}).config_map)
     assert off.local_copy_bytes == 0
+
+
+def test_the_direct_data_plane_is_refused_with_tls() -> None:
+    assert render({"config": {"data_plane": "direct"}}).config_map["SHARDSTREAM_DATA_PLANE"] == "direct"
+    with pytest.raises(helm.HelmError, match=r"data_plane=direct does not speak TLS"):
+        render({"config": {"data_plane": "direct"}, "tls": {"secretName": "shardstream-tls"}})
+    with pytest.raises(helm.HelmValuesError):
+        render({"config": {"data_plane": "sideways"}})

@@ -79,6 +79,9 @@ def test_env_values_are_validated() -> None:
     ({"decode_timeout_s": 0}, "decode_timeout_s"),
     ({"grpc_workers": 1}, "grpc_workers"),
     ({"max_abandoned_storage_calls": 0}, "max_abandoned_storage_calls"),
+    ({"local_copy_bytes": -1}, "local_copy_bytes"),
+    ({"data_plane": "sideways"}, "data_plane"),
+    ({"data_plane": "direct", "tls_cert_file": "c.pem", "tls_key_file": "k.pem"}, "does not speak TLS"),
 ])
 def test_invalid_values_are_refused(overrides: dict[str, Any], needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
@@ -87,7 +90,8 @@ def test_invalid_values_are_refused(overrides: dict[str, Any], needle: str) -> N
 
 @pytest.mark.parametrize("overrides", [
     {"port": 0}, {"port": 65535}, {"num_decoders": 1}, {"default_prefetch": 64},
-    {"grpc_workers": 2}, {"max_abandoned_storage_calls": 1},
+    {"grpc_workers": 2}, {"max_abandoned_storage_calls": 1}, {"local_copy_bytes": 0},
+    {"data_plane": "direct"},
 ])
 def test_boundary_values_are_accepted(overrides: dict[str, Any]) -> None:
     cfg = ServiceConfig.load(overrides=overrides, environ={})

@@ -25,8 +25,9 @@ from typing import Any, Literal
 
 import torch
 
-from shardstream.client.connection import ServiceConnection
+from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
+from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
 from shardstream.client.prefetcher import StreamPrefetcher
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
@@ -44,6 +45,9 @@ from shardstream.proto.v1 import loader_pb2 as pb
 log = logging.getLogger(__name__)
 
 _CORRUPT = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
+# The window in bytes when prefetch_bytes is not given: the relay's default (default_window_bytes)
+# is the service's; fetching from decoders directly, the client keeps the same one.
+DEFAULT_WINDOW_BYTES = 512 * 2**20
 _LOADERS_CREATED = itertools.count()  # this process's loaders, in creation order (default_job_name)
 
 
@@ -231,13 +235,18 @@ class RemoteLoader:
                                        f"ended after {step} of {len(self)} batches")
         self.stats.wait_seconds += time.perf_counter() - resumed  # the stream's end, too
 
-    def _open_stream(self, epoch: int, start_step: int) -> StreamPrefetcher:
+    def _open_stream(self, epoch: int, start_step: int) -> StreamPrefetcher | DirectPrefetcher:
+        describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
+        convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
+        if self.job.batch_servers:  # the direct data plane: fetch from the decoders themselves
+            target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self))
+            return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
+                                    self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
+                                    CHANNEL_OPTIONS, self.stats)
         request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
                                           epoch=epoch, rank=self.rank, start_step=start_step,
                                           prefetch=self.prefetch, window_bytes=self.prefetch_bytes)
-        return StreamPrefetcher(self._connection.stream, request,
-                                lambda m: batch_to_tensors(m, self.pin_memory), self.timeout,
-                                f"job {self.job.job_id} epoch {epoch} rank {self.rank}")
+        return StreamPrefetcher(self._connection.stream, request, convert, self.timeout, describe)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this job is: the same on every rank (in DDP lockstep), small and picklable."""

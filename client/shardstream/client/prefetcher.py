@@ -18,7 +18,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import torch
@@ -49,6 +49,18 @@ class _End:
     error: BaseException | None = None
 
 
+T = TypeVar("T")
+
+
+def until_none(messages: queue.Queue[T | None]) -> Iterator[T]:
+    """A request stream fed from a queue; putting None ends it."""
+    while True:
+        message = messages.get()
+        if message is None:
+            return
+        yield message
+
+
 class StreamPrefetcher:
     def __init__(self, stream: Callable[[Iterator[pb.StreamControl]], Any], open_request: pb.StreamBatchesRequest,
                  convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str) -> None:
@@ -59,18 +71,11 @@ class StreamPrefetcher:
         self._timeout_s = timeout_s
         self._describe = describe
         self._closed = threading.Event()
-        self._call = stream(self._control_messages())
+        self._call = stream(until_none(self._controls))
         self._thread = threading.Thread(target=self._receive, name=f"shardstream-receive {describe}",
                                         daemon=True)
         self._thread.start()
         track_stream(self)
-
-    def _control_messages(self) -> Iterator[pb.StreamControl]:
-        while True:
-            control = self._controls.get()
-            if control is None:
-                return
-            yield control
 
     def _receive(self) -> None:
         end = _End()
@@ -124,4 +129,4 @@ class StreamPrefetcher:
             log.warning("%s did not stop within 5 s", self._thread.name)
 
 
-__all__ = ["StreamPrefetcher"]
+__all__ = ["BatchHeader", "Converted", "StreamPrefetcher", "until_none"]

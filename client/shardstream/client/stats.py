@@ -22,6 +22,8 @@ class LoaderStats:
     samples: int = 0
     bytes: int = 0
     wait_seconds: float = 0.0
+    decoders_lost: int = 0  # direct data plane: decoder streams that failed under this loader
+    steps_refetched: int = 0  # ... and the steps then asked of other decoders
 
     def add_batch(self, tensors: dict[str, torch.Tensor]) -> None:
         self.batches += 1

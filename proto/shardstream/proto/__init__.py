@@ -10,5 +10,9 @@ SERVICE_NAME = "shardstream.v1.Loader"
 # StreamBatches is served and called with hand-framed Batch bytes (see wire.py),
 # so both sides name the method themselves instead of using the generated stub.
 STREAM_BATCHES_METHOD = f"/{SERVICE_NAME}/StreamBatches"
+# Each decode actor's own port (docs/data-plane.md), framed the same way.
+BATCH_SERVICE_NAME = "shardstream.v1.BatchServer"
+FETCH_BATCHES_METHOD = f"/{BATCH_SERVICE_NAME}/FetchBatches"
 
-__all__ = ["PROTOCOL_VERSION", "SERVICE_NAME", "STREAM_BATCHES_METHOD"]
+__all__ = ["BATCH_SERVICE_NAME", "FETCH_BATCHES_METHOD", "PROTOCOL_VERSION", "SERVICE_NAME",
+           "STREAM_BATCHES_METHOD"]

@@ -16,6 +16,7 @@ import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.plan import SamplingSpec
 from shardstream.service.read_counters import ReadCounters
 from shardstream.service.reader import ShardReader
 from shardstream.service.transforms import SampleTransform, collate, sample_rng
@@ -36,6 +37,7 @@ class DecodeJob:
     allowed_transform_modules: tuple[str, ...]
     seed: int
     on_corrupt: str  # "fail" | "skip"
+    sampling: SamplingSpec | None = None  # for decoders that plan steps themselves (batch_server.py)
 
 
 @dataclass

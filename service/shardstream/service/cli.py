@@ -35,6 +35,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                        metavar="URL", help="URL prefix clients' datasets must lie under (repeatable; "
                        "default: any)")
     serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
+    serve.add_argument("--data-plane", choices=("relay", "direct"),
+                       help="relay (default): batches pass through this process; direct: ranks fetch them "
+                       "from the decode actors' own ports (docs/data-plane.md)")
     serve.add_argument("--local-copy-dir", help="where decode nodes keep the row groups they read "
                        "(default: $TMPDIR/shardstream-local-copy)")
     serve.add_argument("--local-copy-bytes", type=int, help="bound of each node's local copy in bytes "
@@ -83,7 +86,7 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
         "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
         "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir",
-        "local_copy_bytes")}
+        "local_copy_bytes", "data_plane")}
     for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
         if getattr(args, repeated):
             overrides[repeated] = tuple(getattr(args, repeated))

@@ -23,6 +23,7 @@ class ServiceConfig:
     decoder_cpus: float = 1.0
     allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
     allowed_dataset_prefixes: tuple[str, ...] = ()  # URL prefixes clients' datasets must lie under; () any
+    data_plane: str = "relay"  # "relay": batches via this process; "direct": ranks fetch from decoders
     default_prefetch: int = 4  # batches decoded ahead per stream
     max_prefetch: int = 64
     default_window_bytes: int = 512 * 2**20  # bytes sent and not yet consumed, per stream
@@ -66,6 +67,11 @@ class ServiceConfig:
             raise ValueError("tls_cert_file and tls_key_file go together: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
+        if self.data_plane not in ("relay", "direct"):
+            raise ValueError(f"data_plane must be 'relay' or 'direct', got {self.data_plane!r}")
+        if self.data_plane == "direct" and self.tls_cert_file:
+            raise ValueError("data_plane 'direct' does not speak TLS yet (the decoders' batch servers are "
+                             "plaintext): use data_plane 'relay' with TLS")
         if self.local_copy_bytes < 0 or self.row_group_cache_bytes < 0:
             raise ValueError("local_copy_bytes and row_group_cache_bytes must be >= 0")
         if self.max_abandoned_storage_calls < 1:

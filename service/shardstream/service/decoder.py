@@ -1,16 +1,20 @@
 """The decode actor: a Ray actor that turns (job, epoch, indices) into batch arrays.
 
-Results return through Ray's object store, so numpy arrays reach the batch
-server as shared-memory views on the same node. Decoding is a pure function
-of its inputs, so Ray may retry a task on a restarted actor without changing
-what the client sees.
+Two ways out. `decode` returns a batch through Ray's object store to the
+`serve` process, which relays it (today's data path). `decode_step` serves
+the actor's own batch server (batch_server.py, docs/data-plane.md): a rank
+asks for (epoch, rank, step), the actor plans the step itself and sends the
+batch over its own port. Decoding is a pure function of its inputs, so a
+batch decoded again elsewhere is the same bytes.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -18,9 +22,12 @@ from typing import Any
 import numpy as np
 import ray
 
+from shardstream.proto.errors import InvalidJobSpec, JobNotFound
 from shardstream.service.allocator import keep_freed_memory
+from shardstream.service.batch_server import BatchServer
 from shardstream.service.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.local_copy import LocalCopy, default_directory
+from shardstream.service.plan import EpochPlan, SamplingSpec, check_step
 from shardstream.service.read_counters import SharedReadCounters
 from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.storage_reader import StorageReader
@@ -29,6 +36,7 @@ from shardstream.service.transforms import SampleTransform, build_transform
 log = logging.getLogger(__name__)
 
 ROW_GROUP_LOADERS = 8  # row groups of one batch loaded at once (storage latency, not CPU)
+PLANS_KEPT = 8  # epoch plans an actor keeps, over all jobs (one randperm(N) each)
 
 
 @dataclass(frozen=True)
@@ -63,18 +71,58 @@ class DecodeWorker:
                                       local)
         self._loaders = ThreadPoolExecutor(ROW_GROUP_LOADERS, thread_name_prefix="shardstream-load")
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None]] = {}
+        self._plans: OrderedDict[tuple[str, int], EpochPlan] = OrderedDict()
+        self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
+        self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address())
 
-    def decode(self, job_box: list[Any], epoch: int, indices: np.ndarray) -> DecodedBatch:
+    def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
         job_id, job_ref = job_box
-        entry = self._jobs.get(job_id)
+        with self._lock:
+            if job_id in self._jobs:
+                return
+        job: DecodeJob = ray.get(job_ref)
+        reader = ShardReader(job.index, list(job.columns) or None, self._source, self._loaders)
+        transform = build_transform(job.transform, job.transform_args, job.allowed_transform_modules)
+        with self._lock:
+            self._jobs.setdefault(job_id, (job, reader, transform))
+        log.info("decode worker opened job %s", job_id)
+
+    def decode(self, job_box: list[Any], epoch: int, indices: np.ndarray) -> DecodedBatch:
+        """The batch of these sample indices (the relay path: `serve` planned the step)."""
+        self.open_job(job_box)
+        return self._decode(job_box[0], epoch, indices)
+
+    def decode_step(self, job_id: str, epoch: int, rank: int, step: int) -> DecodedBatch:
+        """Step `step` of `rank` in `epoch`, planned here (the batch server's path)."""
+        with self._lock:
+            entry = self._jobs.get(job_id)
         if entry is None:
-            job: DecodeJob = ray.get(job_ref)
-            reader = ShardReader(job.index, list(job.columns) or None, self._source, self._loaders)
-            transform = build_transform(job.transform, job.transform_args, job.allowed_transform_modules)
-            entry = self._jobs[job_id] = (job, reader, transform)
-            log.info("decode worker opened job %s", job_id)
-        job, reader, transform = entry
+            raise JobNotFound(f"job {job_id!r} is not open on this decoder: open it first (OpenJob)")
+        job = entry[0]
+        if job.sampling is None:
+            raise InvalidJobSpec(f"job {job_id!r} carries no sampling spec to plan its steps with")
+        check_step(job.sampling, epoch, rank, step)
+        return self._decode(job_id, epoch, self._plan(job_id, job.sampling, epoch).batch_indices(rank, step))
+
+    def _plan(self, job_id: str, sampling: SamplingSpec, epoch: int) -> EpochPlan:
+        key = (job_id, epoch)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = EpochPlan(sampling, epoch)
+                while len(self._plans) > PLANS_KEPT:
+                    self._plans.popitem(last=False)
+            self._plans.move_to_end(key)
+        return plan
+
+    def batch_address(self) -> str:
+        """host:port of this actor's batch server (FetchBatches)."""
+        return self._batch_server.address
+
+    def _decode(self, job_id: str, epoch: int, indices: np.ndarray) -> DecodedBatch:
+        with self._lock:
+            job, reader, transform = self._jobs[job_id]
         started = time.perf_counter()
         batch = decode_batch(job, reader, transform, epoch, indices)
         batch.decode_seconds = time.perf_counter() - started
@@ -82,11 +130,14 @@ class DecodeWorker:
         return batch
 
     def forget(self, job_id: str) -> None:
-        self._jobs.pop(job_id, None)
+        with self._lock:
+            self._jobs.pop(job_id, None)
+            for key in [k for k in self._plans if k[0] == job_id]:
+                del self._plans[key]
 
-    def ping(self) -> str:
-        """The node this actor runs on (also the pool's readiness probe)."""
-        return ray.get_runtime_context().get_node_id()
+    def hello(self) -> tuple[str, str]:
+        """(the node this actor runs on, its batch server's host:port): the pool's readiness probe."""
+        return ray.get_runtime_context().get_node_id(), self._batch_server.address
 
     def pid(self) -> int:
         return os.getpid()

@@ -130,7 +130,7 @@ class JobRegistry:
         decode = DecodeJob(job_id=job_id, index=index, columns=spec.columns, transform=spec.transform,
                            transform_args=spec.transform_kwargs,
                            allowed_transform_modules=self.allowed_transform_modules,
-                           seed=spec.seed, on_corrupt=spec.on_corrupt)
+                           seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode)
 
     def expire(self, idle_ttl_s: float) -> list[Job]:

@@ -15,6 +15,8 @@ from functools import cached_property
 import numpy as np
 import torch
 
+from shardstream.proto.errors import InvalidJobSpec
+
 
 @dataclass(frozen=True)
 class SamplingSpec:
@@ -73,4 +75,14 @@ class EpochPlan:
         return self.rank_indices(rank)[step * b : (step + 1) * b]
 
 
-__all__ = ["EpochPlan", "SamplingSpec"]
+def check_step(sampling: SamplingSpec, epoch: int, rank: int, step: int) -> None:
+    """Refuse, naming the bound, an (epoch, rank, step) outside the job."""
+    if epoch < 0:
+        raise InvalidJobSpec(f"epoch must be >= 0, got {epoch}")
+    if not 0 <= rank < sampling.world_size:
+        raise InvalidJobSpec(f"rank {rank} is outside world_size {sampling.world_size}")
+    if not 0 <= step < sampling.batches_per_rank:
+        raise InvalidJobSpec(f"step {step} is outside 0..{sampling.batches_per_rank - 1}")
+
+
+__all__ = ["EpochPlan", "SamplingSpec", "check_step"]

@@ -49,6 +49,8 @@ class _Slot:
     in_flight: int = 0
     decoded: int = 0
     node_id: str = ""
+    batch_address: str = ""  # its batch server, host:port
+    heartbeat: Any = None  # ObjectRef of the last liveness probe
 
 
 @dataclass
@@ -80,6 +82,7 @@ class DecodePool:
         self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
         self._slots: list[_Slot] = []
         self._job_refs: dict[str, Any] = {}
+        self._job_opened: dict[str, list[Any]] = {}  # job id -> the actors' open_job calls
         self._cond = threading.Condition()
         self._stopped = threading.Event()
         self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
@@ -112,6 +115,8 @@ class DecodePool:
                     self._check_started(slot)
                 elif slot.state is SlotState.READY and slot.node_id not in alive_nodes:
                     self._bury(slot, "its node left the cluster")
+                elif slot.state is SlotState.READY:
+                    self._check_alive(slot)
             self._slots = [s for s in self._slots if s.state is not SlotState.DEAD]
             live = len(self._slots)
             for _ in range(desired - live):
@@ -125,18 +130,35 @@ class DecodePool:
 
     def _spawn(self) -> _Slot:
         actor = self._actor_cls.remote(self._read_settings)
-        return _Slot(actor=actor, probe=actor.ping.remote())  # type: ignore[attr-defined]
+        return _Slot(actor=actor, probe=actor.hello.remote())  # type: ignore[attr-defined]
 
     def _check_started(self, slot: _Slot) -> None:
         ready, _ = ray.wait([slot.probe], timeout=0)
         if not ready:
             return
         try:
-            slot.node_id = str(ray.get(slot.probe))
+            slot.node_id, slot.batch_address = ray.get(slot.probe)
             slot.state = SlotState.READY
             log.info("decode actor ready on node %s", slot.node_id[:12])
+            for job_id, ref in self._job_refs.items():
+                slot.actor.open_job.remote([job_id, ref])
         except RayActorError:
             slot.state = SlotState.DEAD
+
+    def _check_alive(self, slot: _Slot) -> None:
+        """Notice an actor that died while nothing was submitted to it: ranks fetching from its batch
+        server directly see it fail, and the pool must replace it and stop listing it. The last
+        probe is checked without waiting (a busy actor answers late, which is no death)."""
+        if slot.heartbeat is not None:
+            ready, _ = ray.wait([slot.heartbeat], timeout=0)
+            if not ready:
+                return
+            try:
+                ray.get(slot.heartbeat)
+            except RayActorError:
+                self._bury(slot, "it stopped answering")
+                return
+        slot.heartbeat = slot.actor.hello.remote()
 
     def _bury(self, slot: _Slot, why: str) -> None:
         if slot.state is not SlotState.DEAD:
@@ -190,6 +212,11 @@ class DecodePool:
         with self._cond:
             return {node: dataclasses.replace(reads) for node, reads in self._reads.items()}
 
+    def batch_addresses(self) -> list[str]:
+        """host:port of every ready actor's batch server."""
+        with self._cond:
+            return [s.batch_address for s in self._slots if s.state is SlotState.READY]
+
     def ready_actors(self) -> list[tuple[str, Any]]:
         """(node id, actor handle) of each ready decode actor, for operators and fault drills."""
         with self._cond:
@@ -197,15 +224,25 @@ class DecodePool:
 
     # ------------------------------------------------------------ work
 
-    def register(self, job: DecodeJob) -> None:
+    def register(self, job: DecodeJob, timeout_s: float = 30.0) -> None:
+        """Ship the job's descriptor to every actor (and to actors that start later), and wait until
+        the actors ready now have it, so a rank's first fetch from any of them finds the job."""
         with self._cond:
-            if job.job_id not in self._job_refs:
-                self._job_refs[job.job_id] = ray.put(job)
+            opened = self._job_opened.get(job.job_id)
+            if opened is None:
+                ref = self._job_refs[job.job_id] = ray.put(job)
+                actors = [s.actor for s in self._slots if s.state is SlotState.READY]
+                opened = self._job_opened[job.job_id] = [a.open_job.remote([job.job_id, ref]) for a in actors]
+        waiting = ray.wait(opened, num_returns=len(opened), timeout=timeout_s)[1] if opened else []
+        if waiting:
+            log.warning("%d decode actor(s) did not open job %s within %.0f s", len(waiting), job.job_id,
+                        timeout_s)
 
     def forget(self, job_id: str) -> None:
         """Release a job's descriptor here and on every actor."""
         with self._cond:
             self._job_refs.pop(job_id, None)
+            self._job_opened.pop(job_id, None)
             actors = [s.actor for s in self._slots if s.state is SlotState.READY]
         for actor in actors:
             actor.forget.remote(job_id)

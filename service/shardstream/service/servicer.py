@@ -124,6 +124,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         # Opening reads remote storage, which may not answer: bounded by the deadline (bounded.py).
         job = self.storage_calls.run(lambda: self.registry.open(request.job_name, spec, request.rank),
                                      context.time_remaining(), f"opening dataset {list(spec.dataset)}")
+        self.pool.register(job.decode)  # every decode actor learns the job (their batch servers plan it)
         return pb.OpenJobResponse(
             job_id=job.job_id,
             spec_fingerprint=job.spec.fingerprint,
@@ -132,6 +133,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             samples_per_rank=job.sampling.samples_per_rank,
             batches_per_rank=job.sampling.batches_per_rank,
             num_files=len(job.index.shards),
+            batch_servers=self.pool.batch_addresses() if self.config.data_plane == "direct" else [],
         )
 
     @unary_boundary

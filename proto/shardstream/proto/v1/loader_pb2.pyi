@@ -14,6 +14,34 @@ class CorruptPolicy(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
 CORRUPT_POLICY_FAIL: CorruptPolicy
 CORRUPT_POLICY_SKIP: CorruptPolicy
 
+class FetchOpen(_message.Message):
+    __slots__ = ("protocol_version", "job_id", "epoch", "rank")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    job_id: str
+    epoch: int
+    rank: int
+    def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
+
+class Want(_message.Message):
+    __slots__ = ("step", "max_bytes")
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    step: int
+    max_bytes: int
+    def __init__(self, step: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+
+class FetchControl(_message.Message):
+    __slots__ = ("open", "want")
+    OPEN_FIELD_NUMBER: _ClassVar[int]
+    WANT_FIELD_NUMBER: _ClassVar[int]
+    open: FetchOpen
+    want: Want
+    def __init__(self, open: _Optional[_Union[FetchOpen, _Mapping]] = ..., want: _Optional[_Union[Want, _Mapping]] = ...) -> None: ...
+
 class TransformSpec(_message.Message):
     __slots__ = ("name", "args_json")
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -57,7 +85,7 @@ class OpenJobRequest(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class OpenJobResponse(_message.Message):
-    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files")
+    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files", "batch_servers")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -65,6 +93,7 @@ class OpenJobResponse(_message.Message):
     SAMPLES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
     BATCHES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
     NUM_FILES_FIELD_NUMBER: _ClassVar[int]
+    BATCH_SERVERS_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec_fingerprint: str
     dataset_fingerprint: str
@@ -72,7 +101,8 @@ class OpenJobResponse(_message.Message):
     samples_per_rank: int
     batches_per_rank: int
     num_files: int
-    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ...) -> None: ...
+    batch_servers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., batch_servers: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class StreamBatchesRequest(_message.Message):
     __slots__ = ("protocol_version", "job_id", "epoch", "rank", "start_step", "prefetch", "window_bytes")

@@ -189,3 +189,89 @@ class Loader:
             timeout,
             metadata,
             _registered_method=True)
+
+
+class BatchServerStub:
+    """Served by every decode actor on a port of its own (docs/data-plane.md): a
+    rank asks it for the steps the rank's scheduler gives it, and it decodes
+    them straight into the message it sends. It computes the epoch's plan
+    itself, so a request names (epoch, rank, step), never sample indices.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.FetchBatches = channel.stream_stream(
+                '/shardstream.v1.BatchServer/FetchBatches',
+                request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.FetchControl.SerializeToString,
+                response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.FromString,
+                _registered_method=True)
+
+
+class BatchServerServicer:
+    """Served by every decode actor on a port of its own (docs/data-plane.md): a
+    rank asks it for the steps the rank's scheduler gives it, and it decodes
+    them straight into the message it sends. It computes the epoch's plan
+    itself, so a request names (epoch, rank, step), never sample indices.
+    """
+
+    def FetchBatches(self, request_iterator, context):
+        """The first client message opens the stream for one (job, epoch, rank);
+        each later one wants one step. Batches come back in the order wanted.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_BatchServerServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'FetchBatches': grpc.stream_stream_rpc_method_handler(
+                    servicer.FetchBatches,
+                    request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.FetchControl.FromString,
+                    response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'shardstream.v1.BatchServer', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('shardstream.v1.BatchServer', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class BatchServer:
+    """Served by every decode actor on a port of its own (docs/data-plane.md): a
+    rank asks it for the steps the rank's scheduler gives it, and it decodes
+    them straight into the message it sends. It computes the epoch's plan
+    itself, so a request names (epoch, rank, step), never sample indices.
+    """
+
+    @staticmethod
+    def FetchBatches(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/shardstream.v1.BatchServer/FetchBatches',
+            shardstream_dot_proto_dot_v1_dot_loader__pb2.FetchControl.SerializeToString,
+            shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)

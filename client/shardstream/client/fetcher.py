@@ -1,0 +1,212 @@
+"""One rank's batches of one epoch, fetched from many decoders' batch servers at once.
+
+The direct data plane (docs/data-plane.md). One FetchBatches stream per
+decoder, each with a thread that receives and converts batches to tensors
+(a view, or the one copy into pinned memory) off the training loop. The step
+scheduler (scheduler.py) decides which step each decoder is asked for:
+least-loaded, within the window in batches and bytes across all decoders.
+A decoder whose stream fails has its steps asked of the others; a late
+answer from it is dropped, so every step reaches the loop once, in order.
+When every decoder has failed, the loader reopens the job (which lists the
+decoders alive now) and continues at its next step.
+
+Same interface as StreamPrefetcher: iterate for (header, tensors) in step
+order (asking for the next one returns the last one's room in the window),
+and close().
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import grpc
+import torch
+
+from shardstream.client.prefetcher import BatchHeader, Converted, until_none
+from shardstream.client.scheduler import StepScheduler
+from shardstream.client.shutdown import track_stream, untrack_stream
+from shardstream.client.stats import LoaderStats
+from shardstream.client.tls import open_channel
+from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
+from shardstream.proto.errors import (
+    DeadlineExceeded,
+    JobNotFound,
+    ServiceUnavailable,
+    ShardstreamError,
+    from_rpc_error,
+)
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.wire import BatchView, parse_batch
+
+log = logging.getLogger(__name__)
+
+# Codes that mean "this decoder cannot serve now" (gone, restarting, not yet told of the job),
+# not "this request is wrong": its steps go to the other decoders.
+SENDER_FAILURES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
+                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
+
+
+@dataclass(frozen=True)
+class FetchTarget:
+    """What one epoch's fetch is for."""
+
+    job_id: str
+    epoch: int
+    rank: int
+    start_step: int
+    end_step: int
+
+
+class _Sender:
+    """One decoder's FetchBatches stream: wants go out from a queue, batches come back on a thread."""
+
+    def __init__(self, address: str, target: FetchTarget, channel_options: list[tuple[str, int]]) -> None:
+        self.address = address
+        self.wants: queue.Queue[pb.FetchControl | None] = queue.Queue()
+        self.wants.put(pb.FetchControl(open=pb.FetchOpen(
+            protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank)))
+        self.channel = open_channel(address, None, channel_options)
+        fetch = self.channel.stream_stream(FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
+                                           response_deserializer=parse_batch)
+        self.call = fetch(until_none(self.wants))
+        self.thread: threading.Thread | None = None
+
+    def want(self, step: int, max_bytes: int) -> None:
+        self.wants.put(pb.FetchControl(want=pb.Want(step=step, max_bytes=max_bytes)))
+
+    def close(self) -> None:
+        self.wants.put(None)
+        self.call.cancel()
+        if self.thread is not None:
+            self.thread.join(timeout=5.0)
+        self.channel.close()
+
+
+class DirectPrefetcher:
+    def __init__(self, addresses: list[str], target: FetchTarget, window_batches: int, window_bytes: int,
+                 convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str,
+                 channel_options: list[tuple[str, int]], stats: LoaderStats | None = None) -> None:
+        if not addresses:
+            raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from")
+        self._target = target
+        self._stats = stats or LoaderStats()
+        self._convert = convert
+        self._timeout_s = timeout_s
+        self._describe = describe
+        self._cond = threading.Condition()
+        self._scheduler = StepScheduler(target.start_step, target.end_step, window_batches, window_bytes,
+                                        per_sender=window_batches)
+        self._ready: dict[int, Converted] = {}
+        self._error: BaseException | None = None
+        self._closed = False
+        self._senders: dict[str, _Sender] = {}
+        for address in dict.fromkeys(addresses):  # in order, once each
+            sender = _Sender(address, target, channel_options)
+            self._senders[address] = sender
+            self._scheduler.add_sender(address)
+            sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,
+                                             name=f"shardstream-fetch {address} {describe}")
+            sender.thread.start()
+        track_stream(self)
+
+    def _receive(self, sender: _Sender) -> None:
+        failure: BaseException | None = None
+        try:
+            for view in sender.call:
+                converted = (BatchHeader(view.epoch, view.step, view.replaced_samples), self._convert(view))
+                nbytes = sum(t.numel() * t.element_size() for t in converted[1].values())
+                del view  # the tensors keep what they need of the message
+                with self._cond:
+                    if self._scheduler.received(sender.address, converted[0].step, nbytes):
+                        self._ready[converted[0].step] = converted
+                        self._cond.notify_all()
+                del converted
+            failure = ConnectionError("the stream ended")
+        except grpc.RpcError as exc:
+            failure = exc
+        except Exception as exc:  # a message that does not convert: this rank cannot go on
+            with self._cond:
+                self._error = self._error or exc
+                self._cond.notify_all()
+            return
+        with self._cond:
+            if self._closed:
+                return
+            if isinstance(failure, grpc.RpcError) and not _sender_failure(failure):
+                self._error = self._error or from_rpc_error(failure)  # the request is wrong: say so
+            else:
+                lost = self._scheduler.failed(sender.address)
+                self._stats.decoders_lost += 1
+                self._stats.steps_refetched += len(lost)
+                log.warning("%s: decoder %s failed (%s); its steps %s go to the others", self._describe,
+                            sender.address, _describe_failure(failure), lost)
+            self._cond.notify_all()
+
+    def _dispatch(self) -> None:
+        """Ask decoders for what the window allows (holding the lock)."""
+        for request in self._scheduler.requests():
+            self._senders[str(request.sender)].want(request.step, request.max_bytes)
+
+    def __iter__(self) -> Iterator[Converted]:
+        handed: int | None = None
+        while True:
+            with self._cond:
+                if handed is not None:
+                    self._scheduler.consumed(handed)  # the loop asks for the next: it is done with this
+                    handed = None
+                deadline = time.monotonic() + self._timeout_s
+                while True:
+                    if self._error is not None:
+                        raise self._error if isinstance(self._error, ShardstreamError) else ShardstreamError(
+                            f"{self._describe}: {self._error}")
+                    step = self._scheduler.pop_ready()
+                    if step is not None:
+                        item = self._ready.pop(step)
+                        break
+                    if self._scheduler.finished:
+                        return
+                    if not self._scheduler.senders:
+                        raise ServiceUnavailable(f"{self._describe}: every decoder it fetched from failed")
+                    self._dispatch()
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise DeadlineExceeded(
+                            f"no batch for {self._describe} within {self._timeout_s:.0f} s (step "
+                            f"{self._scheduler.outstanding or 'none'} outstanding at the decoders)")
+                    self._cond.wait(min(remaining, 1.0))
+                self._dispatch()
+            handed = step
+            yield item
+            del item
+
+    def close(self) -> None:
+        with self._cond:
+            if self._closed:
+                return
+            self._closed = True
+            self._cond.notify_all()
+        untrack_stream(self)
+        for sender in self._senders.values():
+            sender.close()
+
+
+def _sender_failure(exc: grpc.RpcError) -> bool:
+    code = exc.code()  # type: ignore[attr-defined]
+    if code in SENDER_FAILURES:
+        return True
+    # A decoder that does not know the job (it just started) cannot serve it yet; others may.
+    return isinstance(from_rpc_error(exc), JobNotFound)
+
+
+def _describe_failure(failure: BaseException | None) -> str:
+    if isinstance(failure, grpc.RpcError):
+        return f"{failure.code().name}: {failure.details()}"  # type: ignore[attr-defined]
+    return str(failure)
+
+
+__all__ = ["DirectPrefetcher", "FetchTarget"]

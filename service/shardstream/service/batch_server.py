@@ -1,0 +1,122 @@
+"""A decode actor's own gRPC port: FetchBatches, batches decoded straight into the message sent.
+
+Runs on the decode node, inside the actor's process (docs/data-plane.md). An
+asyncio gRPC server on a thread of its own holds any number of streams
+without a thread each; the decoding itself runs one batch at a time on a
+single worker thread, because an actor is one CPU. The actor computes the
+epoch's plan itself, so a request names (epoch, rank, step) and no sample
+index crosses the wire.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import grpc
+
+from shardstream.proto import BATCH_SERVICE_NAME, PROTOCOL_VERSION
+from shardstream.proto.errors import (
+    ERROR_METADATA_KEY,
+    InvalidJobSpec,
+    ProtocolMismatch,
+    ShardstreamError,
+)
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.wire import encode_batch
+from shardstream.service.batching import DecodedBatch
+
+log = logging.getLogger(__name__)
+
+# (job id, epoch, rank, step) -> the decoded batch; raises ShardstreamError (unknown job, bad step).
+DecodeStep = Callable[[str, int, int, int], DecodedBatch]
+
+
+class BatchServer:
+    def __init__(self, decode_step: DecodeStep, host: str, port: int = 0,
+                 max_message_bytes: int = 1 << 30) -> None:
+        self._decode_step = decode_step
+        self._decoder = ThreadPoolExecutor(1, thread_name_prefix="shardstream-batch-decode")
+        self._loop = asyncio.new_event_loop()
+        self._server: grpc.aio.Server | None = None
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(host, port, max_message_bytes, started),
+                                        name="shardstream-batch-server", daemon=True)
+        self._thread.start()
+        if not started.wait(30) or self.port == 0:
+            raise OSError(f"the batch server could not bind {host}:{port}")
+        self.address = f"{host}:{self.port}"
+
+    port = 0
+
+    def _run(self, host: str, port: int, max_message_bytes: int, started: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+
+        async def start() -> None:
+            server = grpc.aio.server(options=[("grpc.max_send_message_length", max_message_bytes),
+                                              ("grpc.max_receive_message_length", 1 << 20)])
+            server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(BATCH_SERVICE_NAME, {
+                "FetchBatches": grpc.stream_stream_rpc_method_handler(
+                    self._fetch, request_deserializer=_parse_control, response_serializer=None),
+            }),))
+            self.port = server.add_insecure_port(f"{host}:{port}")
+            await server.start()
+            self._server = server
+
+        try:
+            self._loop.run_until_complete(start())
+        finally:
+            started.set()
+        self._loop.run_forever()
+
+    def stop(self, grace: float = 1.0) -> None:
+        if self._server is not None:
+            asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop).result(grace + 5)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=grace + 5)
+        self._decoder.shutdown(wait=False, cancel_futures=True)
+
+    async def _fetch(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+        try:
+            first = await anext(requests, None)
+            if not isinstance(first, pb.FetchControl) or first.WhichOneof("kind") != "open":
+                raise InvalidJobSpec("a FetchBatches stream must start with an 'open' message")
+            opened = first.open
+            if opened.protocol_version != PROTOCOL_VERSION:
+                raise ProtocolMismatch(f"client speaks protocol version {opened.protocol_version}, this "
+                                       f"decoder speaks {PROTOCOL_VERSION}: install matching shardstream versions")
+            loop = asyncio.get_running_loop()
+            async for control in requests:
+                if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
+                    raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
+                want = control.want
+                decoded = await loop.run_in_executor(self._decoder, self._decode_step, opened.job_id,
+                                                     opened.epoch, opened.rank, want.step)
+                message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
+                                       decoded.replaced)
+                if want.max_bytes and len(message) > want.max_bytes:
+                    raise InvalidJobSpec(
+                        f"batch {want.step} is {len(message)} bytes, more than the {want.max_bytes} bytes "
+                        "the rank's window allows: raise the client's prefetch_bytes")
+                yield message
+        except ShardstreamError as exc:
+            context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
+            await context.abort(exc.code, str(exc))
+        except Exception as exc:
+            log.exception("batch server: internal error")
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _parse_control(data: bytes) -> pb.FetchControl | None:
+    """None for bytes that do not parse: the stream refuses them with INVALID_ARGUMENT."""
+    try:
+        return pb.FetchControl.FromString(data)
+    except Exception:
+        return None
+
+
+__all__ = ["BatchServer", "DecodeStep"]

@@ -1,0 +1,152 @@
+"""The direct data plane: ranks fetch their batches from the decode actors' own batch servers.
+
+DistributedSampler's batches exactly, through a decode actor killed or SIGKILLed mid-epoch,
+and a job of 256 ranks that all take their first batch before any goes on (DDP's pattern).
+A service of this module's own (data_plane="direct", two decode actors) on the run's Ray.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+import ray
+
+from shardstream.client import RemoteLoader
+from shardstream.service.config import ServiceConfig
+from shardstream.service.server import Service, create_server
+from tests.datasets import oracle_batches, write_indexed
+
+N, WORLD, BATCH = 120, 2, 4
+SLOW = {"transform": "tests.transforms:slow", "transform_args": {"delay_s": 0.01}}
+
+
+@pytest.fixture(scope="module")
+def direct(local_ray: None) -> Iterator[tuple[Service, str]]:
+    running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5, data_plane="direct",
+                                                allowed_transform_modules=("tests.transforms",)))
+    yield running, f"127.0.0.1:{port}"
+    running.stop(grace=1.0)
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    directory = str(tmp_path_factory.mktemp("direct"))
+    write_indexed(directory, [50, 70])
+    return directory
+
+
+def _wait_for_actors(running: Service, count: int, gone: str = "") -> None:
+    """Until `count` actors are ready and the one at `gone` is no longer listed."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        addresses = running.pool.batch_addresses()
+        if len(addresses) == count and gone not in addresses:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"the pool lists {running.pool.batch_addresses()}, wanted {count} without {gone!r}")
+
+
+def test_the_job_lists_the_decoders_and_every_rank_gets_its_batches(direct: tuple[Service, str],
+                                                                    dataset: str) -> None:
+    running, address = direct
+    for rank in range(WORLD):
+        with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=5, world_size=WORLD, rank=rank,
+                          job_name="direct-order") as loader:
+            assert sorted(loader.job.batch_servers) == sorted(running.pool.batch_addresses())
+            for epoch in (0, 3):
+                loader.set_epoch(epoch)
+                assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, rank, BATCH, True, 5,
+                                                                            False, epoch)
+    served = sum(done for _, _, done in running.pool.status())
+    assert served == 0  # nothing went through the relay
+
+
+def _epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int,
+                      fault: Callable[[], None], job: str) -> tuple[list[list[int]], int]:
+    got = []
+    with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=3, world_size=WORLD, rank=rank,
+                      prefetch=6, columns=["idx"], job_name=job, **SLOW) as loader:  # type: ignore[arg-type]
+        loader.set_epoch(1)
+        for step, batch in enumerate(loader):
+            got.append(batch["idx"].tolist())
+            if step == fault_after:
+                fault()
+        return got, loader.stats.steps_refetched
+
+
+@pytest.mark.slow
+def test_a_decode_actor_killed_mid_epoch(direct: tuple[Service, str], dataset: str) -> None:
+    running, address = direct
+
+    killed: list[str] = []
+
+    def kill_one_actor() -> None:
+        killed.append(running.pool.batch_addresses()[0])
+        ray.kill(running.pool.ready_actors()[0][1], no_restart=True)
+
+    for rank in range(WORLD):
+        _wait_for_actors(running, 2, killed[-1] if killed else "")  # replaced, and no longer listed
+        got, refetched = _epoch_with_fault(address, dataset, rank, 3, kill_one_actor, "direct-kill")
+        assert got == oracle_batches(N, WORLD, rank, BATCH, True, 3, False, 1)
+        assert refetched > 0  # steps really were outstanding at the dead actor
+    _wait_for_actors(running, 2, killed[-1])
+
+
+@pytest.mark.slow
+def test_a_decode_actor_sigkilled_mid_epoch(direct: tuple[Service, str], dataset: str) -> None:
+    running, address = direct
+    _wait_for_actors(running, 2)
+
+    killed: list[str] = []
+
+    def sigkill_one_actor() -> None:
+        killed.append(running.pool.batch_addresses()[-1])
+        os.kill(ray.get(running.pool.ready_actors()[-1][1].pid.remote(), timeout=30), signal.SIGKILL)
+
+    got, refetched = _epoch_with_fault(address, dataset, 0, 2, sigkill_one_actor, "direct-sigkill")
+    assert got == oracle_batches(N, WORLD, 0, BATCH, True, 3, False, 1)
+    assert refetched > 0
+    _wait_for_actors(running, 2, killed[0])
+
+
+@pytest.mark.slow
+def test_256_ranks_meet_at_a_barrier_after_their_first_batch(direct: tuple[Service, str],
+                                                             tmp_path: object) -> None:
+    """DDP's pattern: every rank takes its first batch, all meet, then each finishes the epoch.
+    Through the relay, each open stream held one of the service's 64 threads: this could not start."""
+    running, address = direct
+    _wait_for_actors(running, 2)
+    world, batch = 256, 2
+    data = f"{tmp_path}/wide"
+    write_indexed(data, [600, 424])  # 1,024 samples: 2 batches of 2 per rank
+    barrier = threading.Barrier(world, timeout=240)
+    results: dict[int, list[list[int]]] = {}
+    errors: list[BaseException] = []
+
+    def rank(r: int) -> None:
+        try:
+            with RemoteLoader(address, dataset=data, batch_size=batch, seed=9, world_size=world, rank=r,
+                              job_name="wide", prefetch=2, timeout=240) as loader:
+                batches = iter(loader)
+                got = [next(batches)["idx"].tolist()]
+                barrier.wait()
+                got += [b["idx"].tolist() for b in batches]
+                results[r] = got
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=rank, args=(r,), daemon=True) for r in range(world)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert not errors, errors[:3]
+    assert len(results) == world
+    for r in range(world):
+        assert results[r] == oracle_batches(1024, world, r, batch, True, 9, False, 0)
