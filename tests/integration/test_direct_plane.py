@@ -62,8 +62,19 @@ def test_the_job_lists_the_decoders_and_every_rank_gets_its_batches(direct: tupl
                 loader.set_epoch(epoch)
                 assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, rank, BATCH, True, 5,
                                                                             False, epoch)
-    served = sum(done for _, _, done in running.pool.status())
-    assert served == 0  # nothing went through the relay
+    relayed = next(s.value for s in running.metrics.wait_seconds.collect()[0].samples if s.name.endswith("_count"))
+    assert relayed == 0  # no batch went through the relay
+    deadline = time.monotonic() + 10  # the actors report what they sent with their next probe
+    while time.monotonic() < deadline:
+        job = next(j for j in running.registry.all() if j.name == "direct-order")
+        if job.counters.batches_served == 2 * WORLD * len(loader):
+            break
+        time.sleep(0.2)
+    assert job.counters.batches_served == 2 * WORLD * len(loader)
+    assert job.counters.samples_served == 2 * N
+    assert job.rank_positions() == {rank: 3 * len(loader) + len(loader) for rank in range(WORLD)}
+    reads = running.pool.reads_by_node().values()
+    assert sum(r.storage_reads for r in reads) > 0 and sum(r.memory_hits for r in reads) > 0
 
 
 def _epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int,

@@ -34,12 +34,15 @@ log = logging.getLogger(__name__)
 
 # (job id, epoch, rank, step) -> the decoded batch; raises ShardstreamError (unknown job, bad step).
 DecodeStep = Callable[[str, int, int, int], DecodedBatch]
+# (job id, epoch, rank, step, samples, message bytes): a batch handed to gRPC for sending.
+OnSent = Callable[[str, int, int, int, int, int], None]
 
 
 class BatchServer:
     def __init__(self, decode_step: DecodeStep, host: str, port: int = 0,
-                 max_message_bytes: int = 1 << 30) -> None:
+                 max_message_bytes: int = 1 << 30, on_sent: OnSent | None = None) -> None:
         self._decode_step = decode_step
+        self._on_sent = on_sent
         self._decoder = ThreadPoolExecutor(1, thread_name_prefix="shardstream-batch-decode")
         self._loop = asyncio.new_event_loop()
         self._server: grpc.aio.Server | None = None
@@ -102,6 +105,9 @@ class BatchServer:
                     raise InvalidJobSpec(
                         f"batch {want.step} is {len(message)} bytes, more than the {want.max_bytes} bytes "
                         "the rank's window allows: raise the client's prefetch_bytes")
+                if self._on_sent is not None:
+                    self._on_sent(opened.job_id, opened.epoch, opened.rank, want.step, len(decoded.indices),
+                                  len(message))
                 yield message
         except ShardstreamError as exc:
             context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
@@ -119,4 +125,4 @@ def _parse_control(data: bytes) -> pb.FetchControl | None:
         return None
 
 
-__all__ = ["BatchServer", "DecodeStep"]
+__all__ = ["BatchServer", "DecodeStep", "OnSent"]

@@ -16,7 +16,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,7 @@ from shardstream.service.batch_server import BatchServer
 from shardstream.service.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.local_copy import LocalCopy, default_directory
 from shardstream.service.plan import EpochPlan, SamplingSpec, check_step
-from shardstream.service.read_counters import SharedReadCounters
+from shardstream.service.read_counters import ReadCounters, SharedReadCounters
 from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.storage_reader import StorageReader
 from shardstream.service.transforms import SampleTransform, build_transform
@@ -37,6 +37,25 @@ log = logging.getLogger(__name__)
 
 ROW_GROUP_LOADERS = 8  # row groups of one batch loaded at once (storage latency, not CPU)
 PLANS_KEPT = 8  # epoch plans an actor keeps, over all jobs (one randperm(N) each)
+
+
+@dataclass
+class JobServed:
+    """What an actor's batch server sent for one job since its last report."""
+
+    batches: int = 0
+    samples: int = 0
+    nbytes: int = 0
+    positions: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> latest (epoch, step)
+
+
+@dataclass
+class DirectReport:
+    """An actor's report to the pool (each second, doubling as its liveness probe): what its batch
+    server sent and what reading for it cost, since the last report."""
+
+    reads: ReadCounters
+    served: dict[str, JobServed]
 
 
 @dataclass(frozen=True)
@@ -73,7 +92,8 @@ class DecodeWorker:
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None]] = {}
         self._plans: OrderedDict[tuple[str, int], EpochPlan] = OrderedDict()
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
-        self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address())
+        self._report = DirectReport(ReadCounters(), {})
+        self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address(), on_sent=self._sent)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
@@ -103,7 +123,24 @@ class DecodeWorker:
         if job.sampling is None:
             raise InvalidJobSpec(f"job {job_id!r} carries no sampling spec to plan its steps with")
         check_step(job.sampling, epoch, rank, step)
-        return self._decode(job_id, epoch, self._plan(job_id, job.sampling, epoch).batch_indices(rank, step))
+        batch = self._decode(job_id, epoch, self._plan(job_id, job.sampling, epoch).batch_indices(rank, step))
+        with self._lock:
+            self._report.reads.add(batch.reads)
+        return batch
+
+    def _sent(self, job_id: str, epoch: int, rank: int, step: int, samples: int, nbytes: int) -> None:
+        with self._lock:
+            served = self._report.served.setdefault(job_id, JobServed())
+            served.batches += 1
+            served.samples += samples
+            served.nbytes += nbytes
+            served.positions[rank] = max(served.positions.get(rank, (epoch, step)), (epoch, step))
+
+    def report(self) -> DirectReport:
+        """What the batch server sent and its reads cost since the last call (the pool's probe)."""
+        with self._lock:
+            report, self._report = self._report, DirectReport(ReadCounters(), {})
+        return report
 
     def _plan(self, job_id: str, sampling: SamplingSpec, epoch: int) -> EpochPlan:
         key = (job_id, epoch)
@@ -143,4 +180,4 @@ class DecodeWorker:
         return os.getpid()
 
 
-__all__ = ["DecodeWorker", "ReadSettings"]
+__all__ = ["DecodeWorker", "DirectReport", "JobServed", "ReadSettings"]

@@ -19,6 +19,7 @@ from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflic
 from shardstream.service.access import DatasetAccess
 from shardstream.service.batching import DecodeJob, check_job_schema
 from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.decoder import JobServed
 from shardstream.service.plan import EpochPlan, SamplingSpec
 from shardstream.service.rate import RateMeter
 from shardstream.service.spec import JobSpec
@@ -145,6 +146,19 @@ class JobRegistry:
         for job in idle:
             log.info("forgot idle job %s (%r)", job.job_id, job.name)
         return idle
+
+    def record_served(self, job_id: str, served: JobServed) -> None:
+        """Count what decoders' batch servers sent for a job (the direct data plane)."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+        if job is None:
+            return
+        job.count(batches=served.batches, samples=served.samples, nbytes=served.nbytes)
+        positions = job.rank_positions()
+        for rank, (epoch, step) in served.positions.items():
+            # Several actors serve a rank and report apart: a report may be behind another's.
+            if epoch * job.sampling.batches_per_rank + step + 1 > positions.get(rank, 0):
+                job.advance(rank, epoch, step)
 
     def get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)

@@ -18,6 +18,7 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +28,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 
 from shardstream.proto.errors import DeadlineExceeded, ServiceUnavailable
 from shardstream.service.batching import DecodedBatch, DecodeJob
-from shardstream.service.decoder import DecodeWorker, ReadSettings
+from shardstream.service.decoder import DecodeWorker, DirectReport, JobServed, ReadSettings
 from shardstream.service.read_counters import ReadCounters
 
 log = logging.getLogger(__name__)
@@ -85,6 +86,8 @@ class DecodePool:
         self._job_opened: dict[str, list[Any]] = {}  # job id -> the actors' open_job calls
         self._cond = threading.Condition()
         self._stopped = threading.Event()
+        # What the actors' batch servers sent, per job (server.py counts it in the job registry).
+        self.on_served: Callable[[str, JobServed], None] = lambda _job_id, _served: None
         self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
         self.resubmitted = 0  # batches sent again because their actor died under them
         self._reconcile()
@@ -148,17 +151,22 @@ class DecodePool:
     def _check_alive(self, slot: _Slot) -> None:
         """Notice an actor that died while nothing was submitted to it: ranks fetching from its batch
         server directly see it fail, and the pool must replace it and stop listing it. The last
-        probe is checked without waiting (a busy actor answers late, which is no death)."""
+        probe is checked without waiting (a busy actor answers late, which is no death). The probe
+        is the actor's report of what its batch server sent and read since the last one."""
         if slot.heartbeat is not None:
             ready, _ = ray.wait([slot.heartbeat], timeout=0)
             if not ready:
                 return
             try:
-                ray.get(slot.heartbeat)
+                report: DirectReport = ray.get(slot.heartbeat)
             except RayActorError:
                 self._bury(slot, "it stopped answering")
                 return
-        slot.heartbeat = slot.actor.hello.remote()
+            self._reads.setdefault(slot.node_id, ReadCounters()).add(report.reads)
+            slot.decoded += sum(served.batches for served in report.served.values())
+            for job_id, served in report.served.items():
+                self.on_served(job_id, served)
+        slot.heartbeat = slot.actor.report.remote()
 
     def _bury(self, slot: _Slot, why: str) -> None:
         if slot.state is not SlotState.DEAD:

@@ -105,6 +105,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes))
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes))
+    pool.on_served = registry.record_served
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),
         options=grpc_options(config.max_message_bytes, config.max_request_bytes),
