@@ -1,4 +1,5 @@
-"""A TCP proxy on 127.0.0.1 that a test can use to cut every open connection (a network reset)."""
+"""A TCP proxy on 127.0.0.1 that a test can use to cut every open connection (a network reset), or to
+stop passing bytes while keeping connections open (a black-holed network)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ class ResettingProxy:
         self._connections: list[socket.socket] = []
         self._lock = threading.Lock()
         self._closed = False
+        self._frozen = threading.Event()
         self.resets = 0
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -33,11 +35,15 @@ class ResettingProxy:
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+    def freeze(self) -> None:
+        """From now on, swallow every byte in both directions; connections stay open."""
+        self._frozen.set()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
         try:
             while data := source.recv(1 << 16):
-                sink.sendall(data)
+                if not self._frozen.is_set():
+                    sink.sendall(data)
         except OSError:
             pass
         finally:

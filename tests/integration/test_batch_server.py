@@ -15,12 +15,21 @@ from shardstream.client import RemoteLoader
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.errors import ERROR_METADATA_KEY
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.service.server import Service
+from shardstream.service.config import ServiceConfig
+from shardstream.service.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
 
 METHOD = FETCH_BATCHES_METHOD
 SHARDS = [11, 0, 9, 6]
 N = sum(SHARDS)
+
+
+@pytest.fixture(scope="module")
+def service(local_ray: None) -> Iterator[tuple[Service, str]]:
+    """A service whose decode actors run batch servers (data_plane="direct"), two of them."""
+    running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5, data_plane="direct"))
+    yield running, f"127.0.0.1:{port}"
+    running.stop(grace=1.0)
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +138,11 @@ def test_hundreds_of_concurrent_streams_on_one_actor(service: tuple[Service, str
     got = asyncio.run(run())
     oracle = [oracle_batches(N, 2, r, 3, True, 4, False, 0) for r in (0, 1)]
     assert got == [[oracle[i % 2][i % 4]] for i in range(streams)]
+
+
+def test_the_relay_runs_no_batch_servers(local_ray: None) -> None:
+    running, _ = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.5))
+    try:
+        assert running.pool.batch_addresses() == [""]
+    finally:
+        running.stop(grace=1.0)

@@ -161,3 +161,39 @@ def test_256_ranks_meet_at_a_barrier_after_their_first_batch(direct: tuple[Servi
     assert len(results) == world
     for r in range(world):
         assert results[r] == oracle_batches(1024, world, r, batch, True, 9, False, 0)
+
+
+def test_a_decoder_behind_a_black_holed_network_loses_its_steps_to_the_others(
+        direct: tuple[Service, str], dataset: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A connection that stops passing bytes never fails by itself: after the stall time without a
+    batch, the decoder is dropped and its steps are asked of the other one."""
+    from shardstream.client import fetcher
+    from shardstream.client.connection import CHANNEL_OPTIONS
+    from shardstream.client.stats import LoaderStats
+    from shardstream.client.tensors import batch_to_tensors
+    from tests.proxy import ResettingProxy
+
+    running, address = direct
+    _wait_for_actors(running, 2)
+    with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=3, world_size=WORLD, rank=1,
+                      columns=["idx"], job_name="direct-blackhole", **SLOW) as loader:  # type: ignore[arg-type]
+        job_id, steps = loader.job.job_id, len(loader)
+    first, second = running.pool.batch_addresses()
+    host, port = first.rsplit(":", 1)
+    proxy = ResettingProxy(host, int(port))
+    monkeypatch.setattr(fetcher, "DECODER_STALL_S", 2.0)
+    stats = LoaderStats()
+    prefetcher = fetcher.DirectPrefetcher(
+        [proxy.address, second], fetcher.FetchTarget(job_id, 1, 1, 0, steps), 6, 1 << 30,
+        lambda view: batch_to_tensors(view, False), 60.0, "black-hole test", CHANNEL_OPTIONS, stats)
+    got = []
+    try:
+        for header, tensors in prefetcher:
+            got.append(tensors["idx"].tolist())
+            if header.step == 1:
+                proxy.freeze()
+    finally:
+        prefetcher.close()
+        proxy.close()
+    assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
+    assert stats.decoders_lost == 1 and stats.steps_refetched >= 1

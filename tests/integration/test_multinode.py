@@ -72,6 +72,9 @@ def test_service_starts_before_decode_nodes_and_serves_once_they_join(tmp_path: 
                 next(iter(loader))  # an empty pool is a typed error within the deadline, not a hang
             assert time.monotonic() - started < 30
             cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
+            deadline = time.monotonic() + 60  # the joining node's actor starts (seconds, on a busy machine)
+            while service.pool.size < 1 and time.monotonic() < deadline:
+                time.sleep(0.1)
             # the failed attempt handed out no batch, so iterating again retries epoch 0
             assert [b["idx"].tolist() for b in loader] == oracle_batches(9, 1, 0, 4, True, 0, False, 0)
             loader.close()

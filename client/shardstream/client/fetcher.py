@@ -5,8 +5,10 @@ decoder, each with a thread that receives and converts batches to tensors
 (a view, or the one copy into pinned memory) off the training loop. The step
 scheduler (scheduler.py) decides which step each decoder is asked for:
 least-loaded, within the window in batches and bytes across all decoders.
-A decoder whose stream fails has its steps asked of the others; a late
-answer from it is dropped, so every step reaches the loop once, in order.
+A decoder whose stream fails, or that holds steps and sends nothing for
+DECODER_STALL_S (a black-holed connection never fails by itself), has its
+steps asked of the others; a late answer from it is dropped, so every step
+reaches the loop once, in order.
 When every decoder has failed, the loader reopens the job (which lists the
 decoders alive now) and continues at its next step.
 
@@ -44,6 +46,11 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import BatchView, parse_batch
 
 log = logging.getLogger(__name__)
+
+# A decoder with steps outstanding that sends nothing for this long is dropped and its steps are
+# asked of the others: a connection a network black-holes never fails by itself. Slow decoders
+# still answer well within it (a batch takes well under a second to decode).
+DECODER_STALL_S = 30.0
 
 # Codes that mean "this decoder cannot serve now" (gone, restarting, not yet told of the job),
 # not "this request is wrong": its steps go to the other decoders.
@@ -105,6 +112,8 @@ class DirectPrefetcher:
         self._error: BaseException | None = None
         self._closed = False
         self._senders: dict[str, _Sender] = {}
+        self._stall_s = min(DECODER_STALL_S, timeout_s / 2)
+        self._heard: dict[str, float] = {}  # sender -> when it last sent a batch or became busy
         for address in dict.fromkeys(addresses):  # in order, once each
             sender = _Sender(address, target, channel_options)
             self._senders[address] = sender
@@ -122,6 +131,7 @@ class DirectPrefetcher:
                 nbytes = sum(t.numel() * t.element_size() for t in converted[1].values())
                 del view  # the tensors keep what they need of the message
                 with self._cond:
+                    self._heard[sender.address] = time.monotonic()
                     if self._scheduler.received(sender.address, converted[0].step, nbytes):
                         self._ready[converted[0].step] = converted
                         self._cond.notify_all()
@@ -140,17 +150,37 @@ class DirectPrefetcher:
             if isinstance(failure, grpc.RpcError) and not _sender_failure(failure):
                 self._error = self._error or from_rpc_error(failure)  # the request is wrong: say so
             else:
-                lost = self._scheduler.failed(sender.address)
-                self._stats.decoders_lost += 1
-                self._stats.steps_refetched += len(lost)
-                log.warning("%s: decoder %s failed (%s); its steps %s go to the others", self._describe,
-                            sender.address, _describe_failure(failure), lost)
+                self._drop(sender.address, _describe_failure(failure))
             self._cond.notify_all()
+
+    def _drop(self, address: str, why: str) -> None:
+        """Give a failed decoder's steps to the others (holding the lock)."""
+        if address not in self._scheduler.senders:
+            return  # dropped already (stalled, then its stream failed)
+        lost = self._scheduler.failed(address)
+        self._stats.decoders_lost += 1
+        self._stats.steps_refetched += len(lost)
+        log.warning("%s: decoder %s failed (%s); its steps %s go to the others", self._describe, address, why,
+                    lost)
+
+    def _drop_stalled(self) -> None:
+        """Drop decoders that hold steps and have sent nothing for the stall time (holding the lock)."""
+        now = time.monotonic()
+        busy = set(self._scheduler.outstanding.values())
+        for address in [a for a in self._scheduler.senders if a in busy]:
+            if now - self._heard[str(address)] > self._stall_s:
+                self._drop(str(address), f"sent nothing for {self._stall_s:.0f} s with steps outstanding")
+                self._senders[str(address)].call.cancel()
 
     def _dispatch(self) -> None:
         """Ask decoders for what the window allows (holding the lock)."""
+        busy = set(self._scheduler.outstanding.values())
         for request in self._scheduler.requests():
-            self._senders[str(request.sender)].want(request.step, request.max_bytes)
+            address = str(request.sender)
+            if address not in busy:  # idle until now: the stall clock starts with this step
+                self._heard[address] = time.monotonic()
+                busy.add(address)
+            self._senders[address].want(request.step, request.max_bytes)
 
     def __iter__(self) -> Iterator[Converted]:
         handed: int | None = None
@@ -170,14 +200,15 @@ class DirectPrefetcher:
                         break
                     if self._scheduler.finished:
                         return
+                    self._drop_stalled()
                     if not self._scheduler.senders:
                         raise ServiceUnavailable(f"{self._describe}: every decoder it fetched from failed")
                     self._dispatch()
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
                         raise DeadlineExceeded(
-                            f"no batch for {self._describe} within {self._timeout_s:.0f} s (step "
-                            f"{self._scheduler.outstanding or 'none'} outstanding at the decoders)")
+                            f"no batch for {self._describe} within {self._timeout_s:.0f} s (steps outstanding "
+                            f"at the decoders: {self._scheduler.outstanding or 'none'})")
                     self._cond.wait(min(remaining, 1.0))
                 self._dispatch()
             handed = step

@@ -82,7 +82,7 @@ def _local_copy(settings: ReadSettings, counters: SharedReadCounters) -> LocalCo
 class DecodeWorker:
     """Process title: ``ray::DecodeWorker``. One per unit of `decode` resource."""
 
-    def __init__(self, settings: ReadSettings) -> None:
+    def __init__(self, settings: ReadSettings, serve_batches: bool = False) -> None:
         keep_freed_memory()  # batch arrays reuse mapped heap memory (allocator.py)
         self._counters = SharedReadCounters()
         local = _local_copy(settings, self._counters) if settings.local_copy_bytes > 0 else None
@@ -93,7 +93,9 @@ class DecodeWorker:
         self._plans: OrderedDict[tuple[str, int], EpochPlan] = OrderedDict()
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
-        self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address(), on_sent=self._sent)
+        # The direct data plane's port; none on the relay (data_plane "relay").
+        self._batch_server = (BatchServer(self.decode_step, ray.util.get_node_ip_address(), on_sent=self._sent)
+                              if serve_batches else None)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
@@ -154,8 +156,8 @@ class DecodeWorker:
         return plan
 
     def batch_address(self) -> str:
-        """host:port of this actor's batch server (FetchBatches)."""
-        return self._batch_server.address
+        """host:port of this actor's batch server (FetchBatches); "" without one."""
+        return self._batch_server.address if self._batch_server is not None else ""
 
     def _decode(self, job_id: str, epoch: int, indices: np.ndarray) -> DecodedBatch:
         with self._lock:
@@ -174,7 +176,7 @@ class DecodeWorker:
 
     def hello(self) -> tuple[str, str]:
         """(the node this actor runs on, its batch server's host:port): the pool's readiness probe."""
-        return ray.get_runtime_context().get_node_id(), self._batch_server.address
+        return ray.get_runtime_context().get_node_id(), self.batch_address()
 
     def pid(self) -> int:
         return os.getpid()

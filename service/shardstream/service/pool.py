@@ -67,7 +67,7 @@ class Ticket:
 
 class DecodePool:
     def __init__(self, num_decoders: int | None, decoder_cpus: float, read_settings: ReadSettings,
-                 reconcile_s: float = 1.0) -> None:
+                 reconcile_s: float = 1.0, serve_batches: bool = False) -> None:
         self._fixed = num_decoders
         # Following the cluster means one actor per `decode` unit; a fixed count on a
         # cluster without that resource places actors by CPU alone.
@@ -80,6 +80,7 @@ class DecodePool:
             scheduling_strategy="SPREAD",
         )
         self._read_settings = read_settings
+        self._serve_batches = serve_batches  # each actor runs a batch server (the direct data plane)
         self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
         self._slots: list[_Slot] = []
         self._job_refs: dict[str, Any] = {}
@@ -132,7 +133,7 @@ class DecodePool:
             self._cond.notify_all()
 
     def _spawn(self) -> _Slot:
-        actor = self._actor_cls.remote(self._read_settings)
+        actor = self._actor_cls.remote(self._read_settings, self._serve_batches)
         return _Slot(actor=actor, probe=actor.hello.remote())  # type: ignore[attr-defined]
 
     def _check_started(self, slot: _Slot) -> None:
