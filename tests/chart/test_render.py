@@ -482,9 +482,16 @@ def test_the_local_copy_values_are_checked() -> None:
     assert off.local_copy_bytes == 0
 
 
-def test_the_direct_data_plane_is_refused_with_tls() -> None:
+def test_the_direct_data_plane_mounts_the_tls_secret_on_decode_workers() -> None:
     assert render({"config": {"data_plane": "direct"}}).config_map["SHARDSTREAM_DATA_PLANE"] == "direct"
-    with pytest.raises(helm.HelmError, match=r"data_plane=direct does not speak TLS"):
-        render({"config": {"data_plane": "direct"}, "tls": {"secretName": "shardstream-tls"}})
+    for plane, mounted in (("direct", True), ("relay", False)):
+        decode = render({"config": {"data_plane": plane}, "tls": {"secretName": "shardstream-tls"}}).decode
+        pod = decode["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in pod["volumes"]}
+        mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
+        assert ("tls" in volumes) is mounted and ("tls" in mounts) is mounted
+        if mounted:
+            assert volumes["tls"]["secret"]["secretName"] == "shardstream-tls"
+            assert mounts["tls"]["mountPath"] == "/var/run/secrets/shardstream/tls" and mounts["tls"]["readOnly"]
     with pytest.raises(helm.HelmValuesError):
         render({"config": {"data_plane": "sideways"}})

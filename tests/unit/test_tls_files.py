@@ -8,7 +8,7 @@ import pytest
 
 from shardstream.client import TLS, InvalidJobSpec
 from shardstream.service.config import ServiceConfig
-from shardstream.service.tls import CertificateFiles, server_credentials
+from shardstream.service.tls import CertificateFiles, TlsFiles, server_credentials
 from tests.certs import make_pki
 
 
@@ -57,7 +57,7 @@ def test_renewed_files_are_picked_up_and_half_written_ones_are_not(tmp_path: Pat
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     cert.write_bytes(Path(first.server_cert).read_bytes())
     key.write_bytes(Path(first.server_key).read_bytes())
-    files = CertificateFiles(ServiceConfig(tls_cert_file=str(cert), tls_key_file=str(key)))
+    files = CertificateFiles(TlsFiles(cert_file=str(cert), key_file=str(key)))
     assert files.renewed() is None  # nothing changed
     cert.write_bytes(Path(second.server_cert).read_bytes())  # the key is not there yet
     assert files.renewed() is None

@@ -33,7 +33,7 @@ from shardstream.client.prefetcher import BatchHeader, Converted, until_none
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.client.stats import LoaderStats
-from shardstream.client.tls import open_channel
+from shardstream.client.tls import TLS, open_channel
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.errors import (
     DeadlineExceeded,
@@ -72,12 +72,13 @@ class FetchTarget:
 class _Sender:
     """One decoder's FetchBatches stream: wants go out from a queue, batches come back on a thread."""
 
-    def __init__(self, address: str, target: FetchTarget, channel_options: list[tuple[str, int]]) -> None:
+    def __init__(self, address: str, target: FetchTarget, channel_options: list[tuple[str, int]],
+                 tls: TLS | None) -> None:
         self.address = address
         self.wants: queue.Queue[pb.FetchControl | None] = queue.Queue()
         self.wants.put(pb.FetchControl(open=pb.FetchOpen(
             protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank)))
-        self.channel = open_channel(address, None, channel_options)
+        self.channel = open_channel(address, tls, channel_options)
         fetch = self.channel.stream_stream(FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
                                            response_deserializer=parse_batch)
         self.call = fetch(until_none(self.wants))
@@ -97,7 +98,8 @@ class _Sender:
 class DirectPrefetcher:
     def __init__(self, addresses: list[str], target: FetchTarget, window_batches: int, window_bytes: int,
                  convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str,
-                 channel_options: list[tuple[str, int]], stats: LoaderStats | None = None) -> None:
+                 channel_options: list[tuple[str, int]], stats: LoaderStats | None = None,
+                 tls: TLS | None = None) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from")
         self._target = target
@@ -115,7 +117,7 @@ class DirectPrefetcher:
         self._stall_s = min(DECODER_STALL_S, timeout_s / 2)
         self._heard: dict[str, float] = {}  # sender -> when it last sent a batch or became busy
         for address in dict.fromkeys(addresses):  # in order, once each
-            sender = _Sender(address, target, channel_options)
+            sender = _Sender(address, target, channel_options, tls)
             self._senders[address] = sender
             self._scheduler.add_sender(address)
             sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,

@@ -242,7 +242,7 @@ class RemoteLoader:
             target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self))
             return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
                                     self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
-                                    CHANNEL_OPTIONS, self.stats)
+                                    CHANNEL_OPTIONS, self.stats, self._connection.tls)
         request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
                                           epoch=epoch, rank=self.rank, start_step=start_step,
                                           prefetch=self.prefetch, window_bytes=self.prefetch_bytes)

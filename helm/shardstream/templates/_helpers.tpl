@@ -220,7 +220,12 @@ securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end }}
 
-{{/* Where the head mounts the TLS Secret (tls.secretName). */}}
+{{/* "true" when decode workers need the TLS Secret too: the direct data plane's batch servers. */}}
+{{- define "shardstream.decodeTls" -}}
+{{- if and .Values.tls.secretName (eq (toString .Values.config.data_plane) "direct") }}true{{ end }}
+{{- end }}
+
+{{/* Where the head (and, on the direct data plane, each decode worker) mounts the TLS Secret. */}}
 {{- define "shardstream.tlsDir" -}}
 /var/run/secrets/shardstream/tls
 {{- end }}

@@ -40,13 +40,15 @@ OnSent = Callable[[str, int, int, int, int, int], None]
 
 class BatchServer:
     def __init__(self, decode_step: DecodeStep, host: str, port: int = 0,
-                 max_message_bytes: int = 1 << 30, on_sent: OnSent | None = None) -> None:
+                 max_message_bytes: int = 1 << 30, on_sent: OnSent | None = None,
+                 credentials: grpc.ServerCredentials | None = None) -> None:
         self._decode_step = decode_step
         self._on_sent = on_sent
         self._decoder = ThreadPoolExecutor(1, thread_name_prefix="shardstream-batch-decode")
         self._loop = asyncio.new_event_loop()
         self._server: grpc.aio.Server | None = None
         started = threading.Event()
+        self._credentials = credentials  # TLS (and client certificates) as on the service's port
         self._thread = threading.Thread(target=self._run, args=(host, port, max_message_bytes, started),
                                         name="shardstream-batch-server", daemon=True)
         self._thread.start()
@@ -66,7 +68,8 @@ class BatchServer:
                 "FetchBatches": grpc.stream_stream_rpc_method_handler(
                     self._fetch, request_deserializer=_parse_control, response_serializer=None),
             }),))
-            self.port = server.add_insecure_port(f"{host}:{port}")
+            self.port = (server.add_secure_port(f"{host}:{port}", self._credentials) if self._credentials
+                         else server.add_insecure_port(f"{host}:{port}"))
             await server.start()
             self._server = server
 

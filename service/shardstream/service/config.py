@@ -69,9 +69,6 @@ class ServiceConfig:
             raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
         if self.data_plane not in ("relay", "direct"):
             raise ValueError(f"data_plane must be 'relay' or 'direct', got {self.data_plane!r}")
-        if self.data_plane == "direct" and self.tls_cert_file:
-            raise ValueError("data_plane 'direct' does not speak TLS yet (the decoders' batch servers are "
-                             "plaintext): use data_plane 'relay' with TLS")
         if self.local_copy_bytes < 0 or self.row_group_cache_bytes < 0:
             raise ValueError("local_copy_bytes and row_group_cache_bytes must be >= 0")
         if self.max_abandoned_storage_calls < 1:

@@ -31,6 +31,7 @@ from shardstream.service.plan import EpochPlan, SamplingSpec, check_step
 from shardstream.service.read_counters import ReadCounters, SharedReadCounters
 from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.storage_reader import StorageReader
+from shardstream.service.tls import TlsFiles, credentials_from
 from shardstream.service.transforms import SampleTransform, build_transform
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ def _local_copy(settings: ReadSettings, counters: SharedReadCounters) -> LocalCo
 class DecodeWorker:
     """Process title: ``ray::DecodeWorker``. One per unit of `decode` resource."""
 
-    def __init__(self, settings: ReadSettings, serve_batches: bool = False) -> None:
+    def __init__(self, settings: ReadSettings, serve_batches: bool = False, tls: TlsFiles | None = None) -> None:
         keep_freed_memory()  # batch arrays reuse mapped heap memory (allocator.py)
         self._counters = SharedReadCounters()
         local = _local_copy(settings, self._counters) if settings.local_copy_bytes > 0 else None
@@ -94,7 +95,8 @@ class DecodeWorker:
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
         # The direct data plane's port; none on the relay (data_plane "relay").
-        self._batch_server = (BatchServer(self.decode_step, ray.util.get_node_ip_address(), on_sent=self._sent)
+        self._batch_server = (BatchServer(self.decode_step, ray.util.get_node_ip_address(), on_sent=self._sent,
+                                          credentials=credentials_from(tls) if tls is not None else None)
                               if serve_batches else None)
 
     def open_job(self, job_box: list[Any]) -> None:

@@ -30,6 +30,7 @@ from shardstream.proto.errors import DeadlineExceeded, ServiceUnavailable
 from shardstream.service.batching import DecodedBatch, DecodeJob
 from shardstream.service.decoder import DecodeWorker, DirectReport, JobServed, ReadSettings
 from shardstream.service.read_counters import ReadCounters
+from shardstream.service.tls import TlsFiles
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +68,7 @@ class Ticket:
 
 class DecodePool:
     def __init__(self, num_decoders: int | None, decoder_cpus: float, read_settings: ReadSettings,
-                 reconcile_s: float = 1.0, serve_batches: bool = False) -> None:
+                 reconcile_s: float = 1.0, serve_batches: bool = False, tls: TlsFiles | None = None) -> None:
         self._fixed = num_decoders
         # Following the cluster means one actor per `decode` unit; a fixed count on a
         # cluster without that resource places actors by CPU alone.
@@ -81,6 +82,7 @@ class DecodePool:
         )
         self._read_settings = read_settings
         self._serve_batches = serve_batches  # each actor runs a batch server (the direct data plane)
+        self._tls = tls  # ... speaking TLS with these files, which must be on every decode node
         self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
         self._slots: list[_Slot] = []
         self._job_refs: dict[str, Any] = {}
@@ -133,7 +135,7 @@ class DecodePool:
             self._cond.notify_all()
 
     def _spawn(self) -> _Slot:
-        actor = self._actor_cls.remote(self._read_settings, self._serve_batches)
+        actor = self._actor_cls.remote(self._read_settings, self._serve_batches, self._tls)
         return _Slot(actor=actor, probe=actor.hello.remote())  # type: ignore[attr-defined]
 
     def _check_started(self, slot: _Slot) -> None:

@@ -26,7 +26,7 @@ from shardstream.service.jobs import JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
 from shardstream.service.servicer import LoaderServicer, lenient_parser
-from shardstream.service.tls import server_credentials
+from shardstream.service.tls import TlsFiles, server_credentials
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +103,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
     pool = DecodePool(config.num_decoders, config.decoder_cpus, ReadSettings(
         config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes),
-        serve_batches=config.data_plane == "direct")
+        serve_batches=config.data_plane == "direct", tls=TlsFiles.of(config))
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes))
     pool.on_served = registry.record_served

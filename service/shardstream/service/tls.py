@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import ssl
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -34,15 +35,29 @@ def _read(path: str, what: str) -> bytes:
         raise ValueError(f"cannot read the {what} {path!r}: {exc.strerror or exc}") from None
 
 
+@dataclass(frozen=True)
+class TlsFiles:
+    """Where a port's TLS files are: the head's, and (direct data plane) every decode actor's."""
+
+    cert_file: str
+    key_file: str
+    client_ca_file: str | None = None
+
+    @classmethod
+    def of(cls, config: ServiceConfig) -> TlsFiles | None:
+        if not config.tls_cert_file or not config.tls_key_file:
+            return None
+        return cls(config.tls_cert_file, config.tls_key_file, config.tls_client_ca_file)
+
+
 class CertificateFiles:
     """The certificate, key and client CA files, and what they held when last read."""
 
-    def __init__(self, config: ServiceConfig) -> None:
-        assert config.tls_cert_file and config.tls_key_file
-        self.files = [(config.tls_key_file, "TLS key (tls_key_file)"),
-                      (config.tls_cert_file, "TLS certificate (tls_cert_file)")]
-        if config.tls_client_ca_file:
-            self.files.append((config.tls_client_ca_file, "client CA (tls_client_ca_file)"))
+    def __init__(self, tls: TlsFiles) -> None:
+        self.files = [(tls.key_file, "TLS key (tls_key_file)"),
+                      (tls.cert_file, "TLS certificate (tls_cert_file)")]
+        if tls.client_ca_file:
+            self.files.append((tls.client_ca_file, "client CA (tls_client_ca_file)"))
         self.contents = self.read()
         self.check_pair()
 
@@ -83,11 +98,14 @@ class CertificateFiles:
 
 def server_credentials(config: ServiceConfig) -> grpc.ServerCredentials | None:
     """The port's credentials, or None for plaintext."""
-    if not config.tls_cert_file or not config.tls_key_file:
-        return None
-    files = CertificateFiles(config)
+    tls = TlsFiles.of(config)
+    return credentials_from(tls) if tls is not None else None
+
+
+def credentials_from(tls: TlsFiles) -> grpc.ServerCredentials:
+    files = CertificateFiles(tls)
     return grpc.dynamic_ssl_server_credentials(files.configuration(), files.renewed,
-                                               require_client_authentication=bool(config.tls_client_ca_file))
+                                               require_client_authentication=bool(tls.client_ca_file))
 
 
-__all__ = ["CertificateFiles", "server_credentials"]
+__all__ = ["CertificateFiles", "TlsFiles", "credentials_from", "server_credentials"]
