@@ -14,20 +14,20 @@ import logging
 import os
 import threading
 import time
-from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import ray
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound
+from shardstream.service.actor_report import DirectReport, JobServed
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.batch_server import BatchServer
 from shardstream.service.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.local_copy import LocalCopy, default_directory
-from shardstream.service.plan import EpochPlan, SamplingSpec, check_step
+from shardstream.service.plan import PlanCache, check_step
 from shardstream.service.read_counters import ReadCounters, SharedReadCounters
 from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.storage_reader import StorageReader
@@ -38,25 +38,6 @@ log = logging.getLogger(__name__)
 
 ROW_GROUP_LOADERS = 8  # row groups of one batch loaded at once (storage latency, not CPU)
 PLANS_KEPT = 8  # epoch plans an actor keeps, over all jobs (one randperm(N) each)
-
-
-@dataclass
-class JobServed:
-    """What an actor's batch server sent for one job since its last report."""
-
-    batches: int = 0
-    samples: int = 0
-    nbytes: int = 0
-    positions: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> latest (epoch, step)
-
-
-@dataclass
-class DirectReport:
-    """An actor's report to the pool (each second, doubling as its liveness probe): what its batch
-    server sent and what reading for it cost, since the last report."""
-
-    reads: ReadCounters
-    served: dict[str, JobServed]
 
 
 @dataclass(frozen=True)
@@ -91,7 +72,7 @@ class DecodeWorker:
                                       local)
         self._loaders = ThreadPoolExecutor(ROW_GROUP_LOADERS, thread_name_prefix="shardstream-load")
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None]] = {}
-        self._plans: OrderedDict[tuple[str, int], EpochPlan] = OrderedDict()
+        self._plans = PlanCache(PLANS_KEPT)
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
         # The direct data plane's port; none on the relay (data_plane "relay").
@@ -127,7 +108,7 @@ class DecodeWorker:
         if job.sampling is None:
             raise InvalidJobSpec(f"job {job_id!r} carries no sampling spec to plan its steps with")
         check_step(job.sampling, epoch, rank, step)
-        batch = self._decode(job_id, epoch, self._plan(job_id, job.sampling, epoch).batch_indices(rank, step))
+        batch = self._decode(job_id, epoch, self._plans.get(job.sampling, epoch, job_id).batch_indices(rank, step))
         with self._lock:
             self._report.reads.add(batch.reads)
         return batch
@@ -146,17 +127,6 @@ class DecodeWorker:
             report, self._report = self._report, DirectReport(ReadCounters(), {})
         return report
 
-    def _plan(self, job_id: str, sampling: SamplingSpec, epoch: int) -> EpochPlan:
-        key = (job_id, epoch)
-        with self._lock:
-            plan = self._plans.get(key)
-            if plan is None:
-                plan = self._plans[key] = EpochPlan(sampling, epoch)
-                while len(self._plans) > PLANS_KEPT:
-                    self._plans.popitem(last=False)
-            self._plans.move_to_end(key)
-        return plan
-
     def batch_address(self) -> str:
         """host:port of this actor's batch server (FetchBatches); "" without one."""
         return self._batch_server.address if self._batch_server is not None else ""
@@ -173,8 +143,7 @@ class DecodeWorker:
     def forget(self, job_id: str) -> None:
         with self._lock:
             self._jobs.pop(job_id, None)
-            for key in [k for k in self._plans if k[0] == job_id]:
-                del self._plans[key]
+        self._plans.forget(job_id)
 
     def hello(self) -> tuple[str, str]:
         """(the node this actor runs on, its batch server's host:port): the pool's readiness probe."""
@@ -184,4 +153,4 @@ class DecodeWorker:
         return os.getpid()
 
 
-__all__ = ["DecodeWorker", "DirectReport", "JobServed", "ReadSettings"]
+__all__ = ["DecodeWorker", "ReadSettings"]

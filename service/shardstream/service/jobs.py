@@ -12,15 +12,14 @@ import hashlib
 import logging
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
 from shardstream.service.access import DatasetAccess
+from shardstream.service.actor_report import JobServed
 from shardstream.service.batching import DecodeJob, check_job_schema
 from shardstream.service.dataset import DatasetIndex, index_dataset
-from shardstream.service.decoder import JobServed
-from shardstream.service.plan import EpochPlan, SamplingSpec
+from shardstream.service.plan import EpochPlan, PlanCache, SamplingSpec
 from shardstream.service.rate import RateMeter
 from shardstream.service.spec import JobSpec
 from shardstream.service.transforms import build_transform
@@ -51,18 +50,11 @@ class Job:
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
     last_active: float = field(default_factory=time.monotonic)
     throughput: RateMeter = field(default_factory=RateMeter)  # samples served per second
-    _plans: OrderedDict[int, EpochPlan] = field(default_factory=OrderedDict)
+    _plans: PlanCache = field(default_factory=lambda: PlanCache(PLANS_KEPT))
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def plan(self, epoch: int) -> EpochPlan:
-        with self._lock:
-            plan = self._plans.get(epoch)
-            if plan is None:
-                plan = self._plans[epoch] = EpochPlan(self.sampling, epoch)
-                while len(self._plans) > PLANS_KEPT:
-                    self._plans.popitem(last=False)
-            self._plans.move_to_end(epoch)
-        return plan
+        return self._plans.get(self.sampling, epoch)
 
     def advance(self, rank: int, epoch: int, step: int) -> None:
         """Record that `rank` was served batch `step` of `epoch` (for lag metrics)."""

@@ -36,6 +36,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -66,6 +67,12 @@ class RowGroupKey:
     columns: tuple[str, ...] | None
 
     @property
+    def ident(self) -> tuple[str, int, str, int, tuple[str, ...] | None]:
+        """What names the row group's file, cheap to hash (a Shard holds every row group's size)."""
+        s = self.shard
+        return s.url, s.size, s.version, self.row_group, self.columns
+
+    @property
     def digest(self) -> str:
         s = self.shard
         text = f"{s.url}\0{s.size}\0{s.version}\0{self.row_group}\0{self.columns}"
@@ -80,7 +87,8 @@ class LocalCopy:
         self.counters = counters
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._mapped: OrderedDict[str, pa.Table] = OrderedDict()  # opened by this process, LRU
+        # Opened by this process, LRU: ident -> (table, its file). A hit costs no hashing of paths.
+        self._mapped: OrderedDict[tuple[Any, ...], tuple[pa.Table, str]] = OrderedDict()
         self._remove_stale_temp_files()
         self._estimate = self._scan()[1]
         self._written_since_scan = 0
@@ -89,7 +97,7 @@ class LocalCopy:
 
     def cached(self, key: RowGroupKey) -> pa.Table | None:
         """The row group if this process has it mapped already (a memory hit), else None."""
-        table = self._still_mapped(self._path(key))
+        table = self._still_mapped(key.ident)
         if table is not None:
             self.counters.count(memory_hits=1)
         return table
@@ -110,33 +118,34 @@ class LocalCopy:
                     table = self._open(path) if self._store(path, fetched) else None
                     if table is None:
                         return fetched
-                    self._remember(path, table)
+                    self._remember(key, path, table)
                     return table
         self.counters.count(disk_hits=1)
-        self._remember(path, table)
+        self._remember(key, path, table)
         return table
 
-    def _still_mapped(self, path: str) -> pa.Table | None:
+    def _still_mapped(self, ident: tuple[Any, ...]) -> pa.Table | None:
         """The table this process already mapped, while its file is still in the copy.
 
         Touching the file both marks it recently used and checks that no actor has evicted
         it: a mapping outlives its file, and evicted files must not go on holding disk."""
         with self._lock:
-            table = self._mapped.get(path)
-            if table is None:
+            entry = self._mapped.get(ident)
+            if entry is None:
                 return None
-            self._mapped.move_to_end(path)
+            self._mapped.move_to_end(ident)
+        table, path = entry
         try:
             os.utime(path)
         except FileNotFoundError:
             with self._lock:
-                self._mapped.pop(path, None)
+                self._mapped.pop(ident, None)
             return None
         return table
 
-    def _remember(self, path: str, table: pa.Table) -> None:
+    def _remember(self, key: RowGroupKey, path: str, table: pa.Table) -> None:
         with self._lock:
-            self._mapped[path] = table
+            self._mapped[key.ident] = (table, path)
             while len(self._mapped) > MAX_MAPPED:
                 self._mapped.popitem(last=False)
 

@@ -9,6 +9,9 @@ Nothing here depends on timing, worker count or which actor decodes what.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
+from collections.abc import Hashable
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -75,14 +78,43 @@ class EpochPlan:
         return self.rank_indices(rank)[step * b : (step + 1) * b]
 
 
-def check_step(sampling: SamplingSpec, epoch: int, rank: int, step: int) -> None:
-    """Refuse, naming the bound, an (epoch, rank, step) outside the job."""
+class PlanCache:
+    """The most recent epochs' plans (a randperm(N) each), made once, by (owner, epoch)."""
+
+    def __init__(self, kept: int) -> None:
+        self.kept = kept
+        self._plans: OrderedDict[tuple[Hashable, int], EpochPlan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, sampling: SamplingSpec, epoch: int, owner: Hashable = None) -> EpochPlan:
+        key = (owner, epoch)
+        with self._lock:
+            plan = self._plans.get(key)
+            if plan is None:
+                plan = self._plans[key] = EpochPlan(sampling, epoch)
+                while len(self._plans) > self.kept:
+                    self._plans.popitem(last=False)
+            self._plans.move_to_end(key)
+        return plan
+
+    def forget(self, owner: Hashable) -> None:
+        with self._lock:
+            for key in [k for k in self._plans if k[0] == owner]:
+                del self._plans[key]
+
+
+def check_epoch_and_rank(sampling: SamplingSpec, epoch: int, rank: int) -> None:
     if epoch < 0:
         raise InvalidJobSpec(f"epoch must be >= 0, got {epoch}")
     if not 0 <= rank < sampling.world_size:
         raise InvalidJobSpec(f"rank {rank} is outside world_size {sampling.world_size}")
+
+
+def check_step(sampling: SamplingSpec, epoch: int, rank: int, step: int) -> None:
+    """Refuse, naming the bound, an (epoch, rank, step) outside the job."""
+    check_epoch_and_rank(sampling, epoch, rank)
     if not 0 <= step < sampling.batches_per_rank:
         raise InvalidJobSpec(f"step {step} is outside 0..{sampling.batches_per_rank - 1}")
 
 
-__all__ = ["EpochPlan", "SamplingSpec", "check_step"]
+__all__ = ["EpochPlan", "PlanCache", "SamplingSpec", "check_epoch_and_rank", "check_step"]

@@ -27,8 +27,9 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
 from shardstream.proto.errors import DeadlineExceeded, ServiceUnavailable
+from shardstream.service.actor_report import DirectReport, JobServed
 from shardstream.service.batching import DecodedBatch, DecodeJob
-from shardstream.service.decoder import DecodeWorker, DirectReport, JobServed, ReadSettings
+from shardstream.service.decoder import DecodeWorker, ReadSettings
 from shardstream.service.read_counters import ReadCounters
 from shardstream.service.tls import TlsFiles
 

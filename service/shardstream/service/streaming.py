@@ -22,6 +22,7 @@ from shardstream.proto.wire import encode_batch
 from shardstream.service.batching import DecodedBatch
 from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job
+from shardstream.service.plan import check_epoch_and_rank
 from shardstream.service.pool import DecodePool, Ticket
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,7 @@ class StreamObserver(Protocol):
 
 def check_stream(job: Job, epoch: int, rank: int, start_step: int) -> None:
     steps = job.sampling.batches_per_rank
-    if epoch < 0:
-        raise InvalidJobSpec(f"epoch must be >= 0, got {epoch}")
-    if not 0 <= rank < job.spec.world_size:
-        raise InvalidJobSpec(f"rank {rank} is outside world_size {job.spec.world_size}")
+    check_epoch_and_rank(job.sampling, epoch, rank)
     if not 0 <= start_step <= steps:
         raise InvalidJobSpec(f"start_step {start_step} is outside 0..{steps}")
 

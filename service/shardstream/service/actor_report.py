@@ -1,0 +1,30 @@
+"""What a decode actor reports to the pool each second (its liveness probe, doubling as the
+direct data plane's accounting): what its batch server sent, by job, and what reading cost."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardstream.service.read_counters import ReadCounters
+
+
+@dataclass
+class JobServed:
+    """What an actor's batch server sent for one job since its last report."""
+
+    batches: int = 0
+    samples: int = 0
+    nbytes: int = 0
+    positions: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> latest (epoch, step)
+
+
+@dataclass
+class DirectReport:
+    """An actor's report to the pool (each second, doubling as its liveness probe): what its batch
+    server sent and what reading for it cost, since the last report."""
+
+    reads: ReadCounters
+    served: dict[str, JobServed]
+
+
+__all__ = ["DirectReport", "JobServed"]
