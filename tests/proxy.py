@@ -60,6 +60,9 @@ class ResettingProxy:
         for conn in connections:
             try:
                 conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                # Wake the pipe thread blocked in recv() first: while it is, close() alone releases
+                # nothing, and the RST waits for the next byte to arrive (a keepalive, 30 s later).
+                conn.shutdown(socket.SHUT_RD)
                 conn.close()
             except OSError:
                 pass

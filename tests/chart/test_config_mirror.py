@@ -13,7 +13,8 @@ from tests.chart.chart import CHART_DIR, ROOT, default_values, render
 
 # Fields the chart sets from its own values instead of `config.*`.
 CHART_OWNED = {"host", "port", "ray_address", "metrics_port", "object_store_memory",
-               "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir"}
+               "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir", "data_port_base",
+               "data_ports"}
 FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
 
 
@@ -61,7 +62,7 @@ def test_the_configmap_loads_into_the_service_config() -> None:
                    "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy"}}}).config_map
     loaded = ServiceConfig.load(environ=data)
     expected = ServiceConfig(host="0.0.0.0", port=6001, ray_address="auto", metrics_port=9300,
-                             local_copy_dir="/mnt/ssd/copy",
+                             local_copy_dir="/mnt/ssd/copy", data_port_base=52000, data_ports=16,
                              **{k: _as_field_value(v) for k, v in config.items()})
     assert loaded == expected
 
@@ -70,7 +71,7 @@ def test_default_configmap_keeps_the_service_defaults() -> None:
     loaded = ServiceConfig.load(environ=render().config_map)
     mount_path = default_values()["decode"]["localCopy"]["mountPath"]
     assert loaded == ServiceConfig(host="0.0.0.0", port=50051, ray_address="auto", metrics_port=9090,
-                                   local_copy_dir=mount_path)
+                                   local_copy_dir=mount_path, data_port_base=52000, data_ports=4)
     assert loaded.local_copy_bytes == 64 * 2**30 > 0  # on by default, in the decode workers' volume
     loaded = ServiceConfig.load(environ=render({"metrics": {"enabled": False}}).config_map)
     assert loaded.metrics_port is None

@@ -263,7 +263,8 @@ def test_tls_mounts_the_secret_into_the_head_and_points_the_service_at_it() -> N
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):  # kubelet's gRPC probes lack TLS
         assert set(head[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"tcpSocket"}, probe
         assert head[probe]["tcpSocket"]["port"] == port_named(head, "grpc")
-    assert all(v.get("secret", {}).get("secretName") != "loader-tls" for v in pod_spec(out.decode)["volumes"])
+    decode_has_it = any(v.get("secret", {}).get("secretName") == "loader-tls" for v in pod_spec(out.decode)["volumes"])
+    assert decode_has_it is (config.data_plane == "direct")  # the batch servers speak TLS too
     server_only = ServiceConfig.load(environ=render({"tls": {"secretName": "loader-tls"}}).config_map)
     assert server_only.tls_cert_file and server_only.tls_client_ca_file is None
     plain = ServiceConfig.load(environ=render().config_map)
@@ -495,3 +496,36 @@ def test_the_direct_data_plane_mounts_the_tls_secret_on_decode_workers() -> None
             assert mounts["tls"]["mountPath"] == "/var/run/secrets/shardstream/tls" and mounts["tls"]["readOnly"]
     with pytest.raises(helm.HelmValuesError):
         render({"config": {"data_plane": "sideways"}})
+
+
+def test_decode_workers_declare_their_data_ports_and_the_service_binds_them() -> None:
+    rendered = render({"decode": {"cpus": 3, "dataPort": 53000}})  # 3 actors, 6 ports with spares
+    loaded = ServiceConfig.load(environ=rendered.config_map)
+    assert loaded.batch_serving is not None and loaded.batch_serving.ports == range(53000, 53006)
+    ports = {p["name"]: p["containerPort"] for p in rendered.decode["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert {v for k, v in ports.items() if k.startswith("data-")} == set(range(53000, 53006))
+    relay = render({"config": {"data_plane": "relay"}}).decode["spec"]["template"]["spec"]["containers"][0]
+    assert [p["name"] for p in relay["ports"]] == ["raylet"]
+    with pytest.raises(helm.HelmValuesError):
+        render({"decode": {"dataPort": 80}})
+
+
+def test_network_policies_let_clients_reach_the_grpc_and_data_ports_only() -> None:
+    assert not render().of_kind("NetworkPolicy")
+    clients = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "training"}}}]
+    monitoring = [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}]
+    rendered = render({"networkPolicy": {"enabled": True, "clients": clients, "monitoring": monitoring},
+                       "decode": {"dataPort": 53000}})
+    release = {"app.kubernetes.io/name": "shardstream", "app.kubernetes.io/instance": RELEASE}
+    head = rendered.get("NetworkPolicy", f"{FULLNAME}-head")["spec"]
+    decode = rendered.get("NetworkPolicy", f"{FULLNAME}-decode")["spec"]
+    assert head["podSelector"]["matchLabels"] == rendered.head["spec"]["selector"]["matchLabels"]
+    assert decode["podSelector"]["matchLabels"] == rendered.decode["spec"]["selector"]["matchLabels"]
+    for policy in (head, decode):  # Ray among the release's own pods: any port
+        assert policy["ingress"][0] == {"from": [{"podSelector": {"matchLabels": release}}]}
+    assert head["ingress"][1] == {"from": clients, "ports": [{"port": 50051, "protocol": "TCP"}]}
+    assert head["ingress"][2] == {"from": monitoring, "ports": [{"port": 9090, "protocol": "TCP"}]}
+    assert decode["ingress"][1] == {"from": clients,
+                                    "ports": [{"port": 53000, "endPort": 53003, "protocol": "TCP"}]}
+    relay = render({"networkPolicy": {"enabled": True, "clients": clients}, "config": {"data_plane": "relay"}})
+    assert len(relay.get("NetworkPolicy", f"{FULLNAME}-decode")["spec"]["ingress"]) == 1  # Ray only

@@ -141,7 +141,7 @@ def test_hundreds_of_concurrent_streams_on_one_actor(service: tuple[Service, str
 
 
 def test_the_relay_runs_no_batch_servers(local_ray: None) -> None:
-    running, _ = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.5))
+    running, _ = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.5, data_plane="relay"))
     try:
         assert running.pool.batch_addresses() == [""]
     finally:

@@ -197,3 +197,21 @@ def test_a_decoder_behind_a_black_holed_network_loses_its_steps_to_the_others(
         proxy.close()
     assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
     assert stats.decoders_lost == 1 and stats.steps_refetched >= 1
+
+
+def test_decoders_that_cannot_be_reached_end_in_a_typed_error(direct: tuple[Service, str], dataset: str,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """The service answers, but no decoder it lists can be reached (a firewall on the data ports):
+    the rank reopens the job a few times, then says why instead of retrying for ever."""
+    from shardstream.client import ServiceUnavailable, fetcher
+    from shardstream.client.tls import open_channel
+
+    _, address = direct
+    monkeypatch.setattr(fetcher, "open_channel", lambda _a, tls, options: open_channel("127.0.0.1:1", tls, options))
+    started = time.monotonic()
+    with RemoteLoader(address, dataset=dataset, batch_size=BATCH, world_size=1, rank=0, reconnect_timeout=2,
+                      job_name="direct-unreachable") as loader:
+        with pytest.raises(ServiceUnavailable, match=r"no batch for 2 s while reopening the job: .*every decoder "
+                                                     r"it fetched from failed \(the last: .*UNAVAILABLE"):
+            next(iter(loader))
+    assert time.monotonic() - started < 30

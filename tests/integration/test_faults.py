@@ -2,7 +2,9 @@
 
 A three-node `ray.cluster_utils.Cluster` (decode resources on two worker
 nodes plus one spare) and a slow transform so the epoch is long enough to
-break things in the middle of it.
+break things in the middle of it. Each case runs on both data planes: direct
+(ranks fetch from the decode actors, and ask another for a lost one's steps)
+and relay (the service resubmits a lost actor's batches).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import pytest
 import ray
 from ray.cluster_utils import Cluster
 
-from shardstream.client import RemoteLoader
+from shardstream.client import RemoteLoader, fetcher
 from shardstream.service.config import ServiceConfig
 from shardstream.service.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
@@ -39,12 +41,28 @@ def cluster() -> Iterator[Cluster]:
     cluster.shutdown()
 
 
-@pytest.fixture
-def service(cluster: Cluster) -> Iterator[tuple[Service, str]]:
+@pytest.fixture(params=["direct", "relay"])
+def service(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[Service, str]]:
     running, port = create_server(ServiceConfig(port=0, allowed_transform_modules=("tests.transforms",),
-                                                decode_timeout_s=60))
+                                                decode_timeout_s=60, data_plane=request.param))
     yield running, f"127.0.0.1:{port}"
     running.stop(grace=1.0)
+
+
+class Recovered:
+    """Whether work in flight really was redone elsewhere: the rank refetched a lost decoder's steps
+    (direct), or the service resubmitted a lost actor's batches (relay)."""
+
+    def __init__(self, running: Service) -> None:
+        self.running, self.resubmitted, self.refetched = running, running.pool.resubmitted, 0
+
+    def add(self, loader: RemoteLoader) -> None:
+        self.refetched += loader.stats.steps_refetched
+
+    def __bool__(self) -> bool:
+        if self.running.config.data_plane == "direct":
+            return self.refetched > 0
+        return self.running.pool.resubmitted > self.resubmitted
 
 
 @pytest.fixture(scope="module")
@@ -54,15 +72,23 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
     return directory
 
 
-def run_epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int, fault) -> list[list[int]]:  # type: ignore[no-untyped-def]
-    got = []
+def run_epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int, fault,  # type: ignore[no-untyped-def]
+                         recovered: Recovered, prefetch: int = 6, slow: dict[str, object] = SLOW) -> list[list[int]]:
     with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=3, world_size=WORLD, rank=rank,
-                      prefetch=6, columns=["idx"], job_name=f"faults-{fault.__name__}", **SLOW) as loader:
+                      prefetch=prefetch, columns=["idx"], job_name=f"faults-{fault.__name__}",
+                      **slow) as loader:  # type: ignore[arg-type]
         loader.set_epoch(1)
-        for step, batch in enumerate(loader):
-            got.append(batch["idx"].tolist())
-            if step == fault_after:
-                fault()
+        return _drive(loader, fault_after, fault, recovered)
+
+
+def _drive(loader: RemoteLoader, fault_after: int, fault, recovered: Recovered) -> list[list[int]]:  # type: ignore[no-untyped-def]
+    """The loader's epoch with the fault injected after batch `fault_after`."""
+    got = []
+    for step, batch in enumerate(loader):
+        got.append(batch["idx"].tolist())
+        if step == fault_after:
+            fault()
+    recovered.add(loader)
     return got
 
 
@@ -72,14 +98,18 @@ def test_actor_killed_mid_epoch(service: tuple[Service, str], dataset: str) -> N
 
     def kill_one_actor() -> None:
         _, actor = running.pool.ready_actors()[0]
+        before = running.pool.replaced_actors
         ray.kill(actor, no_restart=True)
+        deadline = time.monotonic() + 30  # the next rank kills another one, not this one again
+        while running.pool.replaced_actors == before and time.monotonic() < deadline:
+            time.sleep(0.05)
 
-    before = running.pool.resubmitted
+    recovered = Recovered(running)
     for rank in range(WORLD):
-        got = run_epoch_with_fault(address, dataset, rank, 3, kill_one_actor)
+        got = run_epoch_with_fault(address, dataset, rank, 3, kill_one_actor, recovered)
         assert got == oracle_batches(N, WORLD, rank, BATCH, True, 3, False, 1)
     assert running.pool.replaced_actors >= WORLD
-    assert running.pool.resubmitted > before  # batches really were in flight on the dead actors
+    assert recovered  # batches really were in flight on the dead actors
     deadline = time.monotonic() + 30
     while running.pool.size < 2 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -94,16 +124,22 @@ def test_actor_process_sigkilled_mid_epoch(service: tuple[Service, str], dataset
         _, actor = running.pool.ready_actors()[-1]
         os.kill(ray.get(actor.pid.remote(), timeout=30), signal.SIGKILL)
 
-    before = running.pool.resubmitted
-    got = run_epoch_with_fault(address, dataset, 0, 2, sigkill_one_actor)
+    recovered = Recovered(running)
+    got = run_epoch_with_fault(address, dataset, 0, 2, sigkill_one_actor, recovered)
     assert got == oracle_batches(N, WORLD, 0, BATCH, True, 3, False, 1)
+    assert recovered
+    deadline = time.monotonic() + 30  # the pool's liveness probe notices it within a second or two
+    while running.pool.replaced_actors < 1 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert running.pool.replaced_actors >= 1
-    assert running.pool.resubmitted > before
 
 
 @pytest.mark.slow
-def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Service, str], dataset: str) -> None:
-    """Scaling out: a decode node that joins mid-epoch gets an actor, and the actor gets batches."""
+def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Service, str], dataset: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Scaling out: a decode node that joins mid-epoch gets an actor, and the actor gets batches
+    (on the direct data plane, the rank learns of it within its refresh interval)."""
+    monkeypatch.setattr(fetcher, "DECODERS_REFRESH_S", 0.5)
     running, address = service
     added: list[object] = []
 
@@ -114,22 +150,15 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
             time.sleep(0.1)
         assert running.pool.size == 3, running.pool.status()
 
-    got = []
-    with RemoteLoader(address, dataset=dataset, batch_size=2, seed=3, world_size=1, rank=0, prefetch=4,
-                      columns=["idx"], job_name="scale-out", transform="tests.transforms:slow",
-                      transform_args={"delay_s": 0.05}) as loader:
-        for step, batch in enumerate(loader):
-            got.append(batch["idx"].tolist())
-            if step == 1:
-                add_a_decode_node()
+    got = _one_rank_epoch(address, dataset, "scale-out", 4, 1, add_a_decode_node, Recovered(running))
     assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
     new_node = added[0].node_id  # type: ignore[attr-defined]
-    decoded_there = sum(done for node, _, done in running.pool.status() if node == new_node)
-    assert decoded_there > 0
-    cluster.remove_node(added[0])  # type: ignore[arg-type]
-    deadline = time.monotonic() + 60
-    while running.pool.size != 2 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 10  # the actors report what they sent each second
+    while not sum(done for node, _, done in running.pool.status() if node == new_node):
+        assert time.monotonic() < deadline, running.pool.status()
         time.sleep(0.2)
+    cluster.remove_node(added[0])  # type: ignore[arg-type]
+    _wait_for_pool(running, 2)
 
 
 @pytest.mark.slow
@@ -144,11 +173,60 @@ def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], 
     def remove_a_decode_node() -> None:
         cluster.remove_node(spare)
 
-    before = running.pool.resubmitted
-    got = run_epoch_with_fault(address, dataset, 1, 2, remove_a_decode_node)
+    recovered = Recovered(running)
+    # The whole epoch (15 steps) in the window at once and 0.4 s per batch: when the node goes,
+    # its decoder still holds steps (a window already full would leave it nothing in flight).
+    got = run_epoch_with_fault(address, dataset, 1, 0, remove_a_decode_node, recovered, prefetch=15,
+                               slow={**SLOW, "transform_args": {"delay_s": 0.1}})
     assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
-    assert running.pool.resubmitted > before, running.pool.status()
+    assert recovered, running.pool.status()
     deadline = time.monotonic() + 60
     while running.pool.size != 2 and time.monotonic() < deadline:
         time.sleep(0.2)
     assert running.pool.size == 2, running.pool.status()
+
+
+@pytest.mark.slow
+def test_decode_node_restarted_mid_epoch(cluster: Cluster, service: tuple[Service, str], dataset: str,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A decode node goes away with work in flight and comes back (a pod restarted): nothing is lost
+    or repeated, and the restarted node's actor takes work again in the same epoch."""
+    monkeypatch.setattr(fetcher, "DECODERS_REFRESH_S", 0.5)
+    running, address = service
+    nodes = [cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)]
+    _wait_for_pool(running, 3)
+
+    def restart_a_decode_node() -> None:
+        cluster.remove_node(nodes[0])
+        _wait_for_pool(running, 2)
+        nodes.append(cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE))
+        _wait_for_pool(running, 3)
+
+    recovered = Recovered(running)
+    got = _one_rank_epoch(address, dataset, "node-restart", 6, 2, restart_a_decode_node, recovered)
+    assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
+    assert recovered, running.pool.status()
+    restarted = nodes[1].node_id  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 10  # the actors report what they sent each second
+    while not sum(done for node, _, done in running.pool.status() if node == restarted):
+        assert time.monotonic() < deadline, running.pool.status()
+        time.sleep(0.2)
+    cluster.remove_node(nodes[1])
+    _wait_for_pool(running, 2)
+
+
+def _one_rank_epoch(address: str, dataset: str, job_name: str, prefetch: int, fault_after: int, fault,  # type: ignore[no-untyped-def]
+                    recovered: Recovered) -> list[list[int]]:
+    """Epoch 0 of a one-rank job, in batches of 2 that take 0.1 s each: long enough for a node to
+    join and take work."""
+    with RemoteLoader(address, dataset=dataset, batch_size=2, seed=3, world_size=1, rank=0, prefetch=prefetch,
+                      columns=["idx"], job_name=job_name, transform="tests.transforms:slow",
+                      transform_args={"delay_s": 0.05}) as loader:
+        return _drive(loader, fault_after, fault, recovered)
+
+
+def _wait_for_pool(running: Service, size: int) -> None:
+    deadline = time.monotonic() + 90
+    while running.pool.size != size and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert running.pool.size == size, running.pool.status()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Iterator
 
 import grpc
 import pytest
@@ -13,6 +14,8 @@ from shardstream.client import RemoteLoader
 from shardstream.proto import PROTOCOL_VERSION, STREAM_BATCHES_METHOD
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import BatchView, parse_batch
+from shardstream.service.config import ServiceConfig
+from shardstream.service.server import create_server
 from tests.datasets import write_indexed
 
 FEATURES = 1000  # 4 KB per row of float32
@@ -108,25 +111,37 @@ def test_a_negative_window_is_invalid_argument(service_address: str, dataset: st
     assert "must be >= 0" in (caught.value.details() or "")
 
 
-def test_a_batch_is_dropped_before_its_credit_goes_back(service_address: str, dataset: str,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """Nothing in the client outlives a batch's credit, so the window bounds the batches alive."""
+@pytest.fixture(scope="module")
+def relay_address(local_ray: None) -> Iterator[str]:
+    running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.5, data_plane="relay"))
+    yield f"127.0.0.1:{port}"
+    running.stop(grace=1.0)
+
+
+@pytest.mark.parametrize("plane", ["direct", "relay"])
+def test_a_batch_is_dropped_before_its_credit_goes_back(service_address: str, relay_address: str, dataset: str,
+                                                        monkeypatch: pytest.MonkeyPatch, plane: str) -> None:
+    """Nothing in the client outlives a batch's place in the window (the relay's credit, the direct
+    plane's consumed step), so the window bounds the batches alive."""
     import weakref
 
     from shardstream.client.prefetcher import StreamPrefetcher
+    from shardstream.client.scheduler import StepScheduler
 
     last: list[weakref.ref[torch.Tensor]] = []
     alive_at_credit: list[bool] = []
-    credit = StreamPrefetcher.credit
+    owner, method = (StreamPrefetcher, "credit") if plane == "relay" else (StepScheduler, "consumed")
+    credit = getattr(owner, method)
 
-    def checked_credit(self: StreamPrefetcher, consumed_step: int) -> None:
+    def checked_credit(self: object, consumed_step: int) -> None:
         alive_at_credit.append(last[-1]() is not None)
         credit(self, consumed_step)
 
-    monkeypatch.setattr(StreamPrefetcher, "credit", checked_credit)
-    loader = RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, shuffle=False, world_size=1,
-                          rank=0, prefetch=2)
+    monkeypatch.setattr(owner, method, checked_credit)
+    loader = RemoteLoader(relay_address if plane == "relay" else service_address, dataset=dataset,
+                          batch_size=BATCH, shuffle=False, world_size=1, rank=0, prefetch=2)
     try:
+        assert bool(loader.job.batch_servers) is (plane == "direct")
         for batch in loader:
             last.append(weakref.ref(batch["x"]))
             del batch

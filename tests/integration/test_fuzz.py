@@ -1,5 +1,6 @@
 """Bad input over the wire while a real job runs: every request ends in a gRPC status with a
-message, never INTERNAL or a hang, and the running job's batches stay exactly-once."""
+message, never INTERNAL or a hang, and the running job's batches stay exactly-once. The requests
+go to the service's port and to a decode actor's batch server (the direct data plane's port)."""
 
 from __future__ import annotations
 
@@ -12,8 +13,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.client import RemoteLoader
-from shardstream.proto import PROTOCOL_VERSION, SERVICE_NAME, STREAM_BATCHES_METHOD
+from shardstream.proto import (
+    FETCH_BATCHES_METHOD,
+    PROTOCOL_VERSION,
+    SERVICE_NAME,
+    STREAM_BATCHES_METHOD,
+)
 from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.service.server import Service
 from tests.datasets import oracle_batches, write_indexed
 
 CALL_DEADLINE_S = 20
@@ -52,8 +59,8 @@ def unary(channel: grpc.Channel, method: str, payload: bytes) -> None:
         record(exc.code(), exc.details())
 
 
-def stream(channel: grpc.Channel, messages: list[bytes]) -> None:
-    call = channel.stream_stream(STREAM_BATCHES_METHOD, request_serializer=identity,
+def stream(channel: grpc.Channel, messages: list[bytes], method: str = STREAM_BATCHES_METHOD) -> None:
+    call = channel.stream_stream(method, request_serializer=identity,
                                  response_deserializer=identity)(iter(messages), timeout=CALL_DEADLINE_S)
     try:
         for _ in call:  # a valid request streams: one batch is enough
@@ -82,6 +89,9 @@ opens = st.builds(pb.StreamBatchesRequest, protocol_version=st.sampled_from([0, 
                   job_id=st.sampled_from(["", "nope"]) | st.just("TARGET"), epoch=st.integers(-2, 5),
                   rank=st.integers(-2, 4), start_step=st.integers(-3, 50), prefetch=st.integers(-1, 100),
                   window_bytes=st.integers(-1, 1 << 40))
+fetch_opens = st.builds(pb.FetchOpen, protocol_version=st.sampled_from([0, PROTOCOL_VERSION, 99]),
+                        job_id=st.sampled_from(["", "nope"]) | st.just("TARGET"), epoch=st.integers(-2, 5),
+                        rank=st.integers(-2, 4))
 requests = st.one_of(
     st.tuples(st.just("OpenJob"), st.binary(max_size=64)),
     st.tuples(st.just("GetStatus"), st.binary(max_size=16)),
@@ -92,26 +102,40 @@ requests = st.one_of(
         st.one_of(st.builds(pb.StreamControl, open=opens),
                   st.builds(pb.StreamControl, credit=st.builds(pb.Credit, consumed_step=st.integers(-5, 100)))),
         min_size=1, max_size=3)),
+    st.tuples(st.just("Fetch"), st.lists(st.binary(max_size=32), min_size=0, max_size=3)),
+    st.tuples(st.just("Fetch"), st.lists(
+        st.one_of(st.builds(pb.FetchControl, open=fetch_opens),
+                  st.builds(pb.FetchControl, want=st.builds(pb.Want, step=st.integers(-3, 200),
+                                                            max_bytes=st.integers(-1, 1 << 40)))),
+        min_size=1, max_size=3)),
 )
 
 
-def send(channel: grpc.Channel, request: tuple[str, Any]) -> None:
+def send(channel: grpc.Channel, request: tuple[str, Any], decoder: grpc.Channel) -> None:
     method, body = request
-    if method == "Stream":
-        messages = []
-        for item in body:
-            if isinstance(item, pb.StreamControl):
-                if item.WhichOneof("kind") == "open" and item.open.job_id == "TARGET":
-                    item.open.job_id = Target.job_id
-                item = item.SerializeToString()
-            messages.append(item)
-        stream(channel, messages)
+    if method == "Fetch":  # a decode actor's batch server
+        stream(decoder, _aimed(body), FETCH_BATCHES_METHOD)
+    elif method == "Stream":
+        stream(channel, _aimed(body))
     else:
         unary(channel, method, body if isinstance(body, bytes) else body.SerializeToString())
 
 
+def _aimed(body: list[Any]) -> list[bytes]:
+    """A stream's messages as bytes, an 'open' naming TARGET aimed at the running job."""
+    messages = []
+    for item in body:
+        if not isinstance(item, bytes):
+            if item.WhichOneof("kind") == "open" and item.open.job_id == "TARGET":
+                item.open.job_id = Target.job_id
+            item = item.SerializeToString()
+        messages.append(item)
+    return messages
+
+
 @pytest.mark.slow
-def test_a_thousand_bad_requests_while_a_job_runs(service_address: str, tmp_path: object) -> None:
+def test_a_thousand_bad_requests_while_a_job_runs(service: tuple[Service, str], tmp_path: object) -> None:
+    running, service_address = service
     data = f"{tmp_path}/data"
     write_indexed(data, [150, 50])
     loader = RemoteLoader(service_address, dataset=data, batch_size=2, seed=4, world_size=2, rank=1, prefetch=2,
@@ -128,13 +152,14 @@ def test_a_thousand_bad_requests_while_a_job_runs(service_address: str, tmp_path
 
     runner = threading.Thread(target=run_job, daemon=True)
     runner.start()
-    with grpc.insecure_channel(service_address) as channel:
+    with grpc.insecure_channel(service_address) as channel, \
+            grpc.insecure_channel(running.pool.batch_addresses()[0]) as decoder:
 
         @settings(max_examples=1000, deadline=None, database=None,
                   suppress_health_check=list(HealthCheck))
         @given(request=requests)
         def fuzz(request: tuple[str, Any]) -> None:
-            send(channel, request)
+            send(channel, request, decoder)
 
         fuzz()
         unary(channel, "OpenJob", b"\x0a" + b"\xff" * 20 * 2**20)  # larger than max_request_bytes

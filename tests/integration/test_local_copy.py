@@ -22,6 +22,7 @@ from shardstream.service.config import ServiceConfig
 from shardstream.service.server import Service, create_server
 from tests.datasets import oracle_batches, write_images, write_indexed
 from tests.integration.test_metrics import scrape
+from tests.settle import settled
 
 SHARDS = [30, 0, 21, 13]
 N = sum(SHARDS)
@@ -56,8 +57,12 @@ def _status(address: str) -> pb.ServiceStatus:
 
 
 def _reads(address: str) -> pb.NodeReads:
-    [reads] = _status(address).node_reads  # one node
-    return reads
+    """The node's read counters, once its actors have reported everything they did so far."""
+    def read() -> pb.NodeReads:
+        [reads] = _status(address).node_reads or [pb.NodeReads()]  # one node
+        return reads
+
+    return settled(read)
 
 
 def _epoch(address: str, dataset: str, job: str, epoch: int, world_size: int = 2,
@@ -112,7 +117,7 @@ def test_storage_is_read_once_and_the_status_and_metrics_say_so(with_copy: tuple
     assert second.memory_hits > first.memory_hits
     assert running.metrics_port
     node = ("node", _status(address).node_reads[0].node_id)
-    metrics = scrape(running.metrics_port)
+    metrics = settled(lambda: scrape(running.metrics_port))
     assert metrics[("shardstream_storage_bytes_read_total", (node,))] == second.storage_bytes_read
     assert metrics[("shardstream_cache_misses_total", (node, ("tier", "disk")))] == second.disk_misses
     assert metrics[("shardstream_cache_bytes", (node, ("tier", "disk")))] == second.disk_bytes

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from shardstream.client import DatasetNotFound, RemoteLoader
 from shardstream.service.server import Service
 from tests.datasets import write_indexed
+from tests.settle import settled
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -34,7 +35,7 @@ def test_metrics_count_batches_bytes_lag_and_errors(service: tuple[Service, str]
         per_epoch = len(list(r1))
     with pytest.raises(DatasetNotFound):
         RemoteLoader(address, dataset=f"{tmp_path}/missing", batch_size=4, world_size=1, rank=0)
-    after = scrape(running.metrics_port)
+    after = settled(lambda: scrape(running.metrics_port))  # the actors report each second
     job = (("job", "metrics-job"),)
     served = after[("shardstream_batches_served_total", job)]
     assert served == len(batches) + per_epoch

@@ -76,3 +76,13 @@ def test_tls_from_the_environment() -> None:
         ca_file="/etc/ca.pem", cert_file="/etc/me.pem", key_file="/etc/me.key")
     with pytest.raises(InvalidJobSpec, match="go together"):
         TLS.from_env({"SHARDSTREAM_CLIENT_TLS_CERT_FILE": "/etc/me.pem"})
+
+
+def test_decoders_are_verified_by_the_name_the_service_is_reached_by() -> None:
+    tls = TLS(ca_file="ca.pem")
+    assert tls.for_decoders("shardstream.ml.svc:50051").server_name == "shardstream.ml.svc"
+    assert tls.for_decoders("127.0.0.1:50051").server_name == "127.0.0.1"
+    assert tls.for_decoders("[::1]:50051").server_name == "::1"
+    assert tls.for_decoders("dns:///loader.example:443").server_name == "loader.example"
+    named = TLS(ca_file="ca.pem", server_name="loader.internal")
+    assert named.for_decoders("10.0.0.7:50051") is named

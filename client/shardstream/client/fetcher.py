@@ -9,8 +9,11 @@ A decoder whose stream fails, or that holds steps and sends nothing for
 DECODER_STALL_S (a black-holed connection never fails by itself), has its
 steps asked of the others; a late answer from it is dropped, so every step
 reaches the loop once, in order.
-When every decoder has failed, the loader reopens the job (which lists the
-decoders alive now) and continues at its next step.
+Decoders that join mid-epoch (a decode node added) are picked up: every
+DECODERS_REFRESH_S the fetcher asks the service for the job's decoders again
+and opens streams to new ones. When every decoder has failed, the loader
+reopens the job (which lists the decoders alive now) and continues at its
+next step.
 
 Same interface as StreamPrefetcher: iterate for (header, tensors) in step
 order (asking for the next one returns the last one's room in the window),
@@ -23,7 +26,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import grpc
@@ -51,6 +54,9 @@ log = logging.getLogger(__name__)
 # asked of the others: a connection a network black-holes never fails by itself. Slow decoders
 # still answer well within it (a batch takes well under a second to decode).
 DECODER_STALL_S = 30.0
+
+# How often a rank asks the service for its job's decoders, to draw on ones that joined.
+DECODERS_REFRESH_S = 10.0
 
 # Codes that mean "this decoder cannot serve now" (gone, restarting, not yet told of the job),
 # not "this request is wrong": its steps go to the other decoders.
@@ -99,7 +105,7 @@ class DirectPrefetcher:
     def __init__(self, addresses: list[str], target: FetchTarget, window_batches: int, window_bytes: int,
                  convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str,
                  channel_options: list[tuple[str, int]], stats: LoaderStats | None = None,
-                 tls: TLS | None = None) -> None:
+                 tls: TLS | None = None, list_decoders: Callable[[], Sequence[str]] | None = None) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from")
         self._target = target
@@ -116,14 +122,46 @@ class DirectPrefetcher:
         self._senders: dict[str, _Sender] = {}
         self._stall_s = min(DECODER_STALL_S, timeout_s / 2)
         self._heard: dict[str, float] = {}  # sender -> when it last sent a batch or became busy
-        for address in dict.fromkeys(addresses):  # in order, once each
-            sender = _Sender(address, target, channel_options, tls)
-            self._senders[address] = sender
-            self._scheduler.add_sender(address)
-            sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,
-                                             name=f"shardstream-fetch {address} {describe}")
-            sender.thread.start()
+        self._channel_options, self._tls = channel_options, tls
+        self._stop = threading.Event()
+        self._last_failure = ""
+        for address in addresses:
+            self._add_sender(address)
+        if list_decoders is not None:
+            threading.Thread(target=self._refresh, args=(list_decoders,), daemon=True,
+                             name=f"shardstream-decoders {describe}").start()
         track_stream(self)
+
+    def _add_sender(self, address: str) -> None:
+        """Open a stream to a decoder not seen before in this epoch (holding the lock, or in __init__).
+        One that failed stays dropped: it is listed until the service notices, and may still be
+        black-holed."""
+        if address in self._senders:
+            return
+        sender = _Sender(address, self._target, self._channel_options, self._tls)
+        self._senders[address] = sender
+        self._scheduler.add_sender(address)
+        sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,
+                                         name=f"shardstream-fetch {address} {self._describe}")
+        sender.thread.start()
+
+    def _refresh(self, list_decoders: Callable[[], Sequence[str]]) -> None:
+        """Draw on decoders that joined since the epoch began (a decode node added)."""
+        while not self._stop.wait(DECODERS_REFRESH_S):
+            try:
+                addresses = list_decoders()
+            except Exception as exc:  # the service restarting: the streams go on without it
+                log.debug("%s: cannot list decoders now (%s)", self._describe, exc)
+                continue
+            with self._cond:
+                if self._closed:
+                    return
+                new = [a for a in addresses if a not in self._senders]
+                for address in new:
+                    self._add_sender(address)
+                if new:
+                    log.info("%s: fetching from %d decoder(s) that joined: %s", self._describe, len(new), new)
+                    self._cond.notify_all()
 
     def _receive(self, sender: _Sender) -> None:
         failure: BaseException | None = None
@@ -160,6 +198,7 @@ class DirectPrefetcher:
         if address not in self._scheduler.senders:
             return  # dropped already (stalled, then its stream failed)
         lost = self._scheduler.failed(address)
+        self._last_failure = f"{address}: {why}"
         self._stats.decoders_lost += 1
         self._stats.steps_refetched += len(lost)
         log.warning("%s: decoder %s failed (%s); its steps %s go to the others", self._describe, address, why,
@@ -204,7 +243,8 @@ class DirectPrefetcher:
                         return
                     self._drop_stalled()
                     if not self._scheduler.senders:
-                        raise ServiceUnavailable(f"{self._describe}: every decoder it fetched from failed")
+                        raise ServiceUnavailable(f"{self._describe}: every decoder it fetched from failed "
+                                                 f"(the last: {self._last_failure})")
                     self._dispatch()
                     remaining = deadline - time.monotonic()
                     if remaining <= 0:
@@ -223,17 +263,20 @@ class DirectPrefetcher:
                 return
             self._closed = True
             self._cond.notify_all()
+        self._stop.set()
         untrack_stream(self)
         for sender in self._senders.values():
             sender.close()
 
 
 def _sender_failure(exc: grpc.RpcError) -> bool:
-    code = exc.code()  # type: ignore[attr-defined]
-    if code in SENDER_FAILURES:
+    error = from_rpc_error(exc)
+    if isinstance(error, DeadlineExceeded) and error.from_service:
+        return False  # the decoder says this batch takes longer than decode_timeout_s: say so
+    if exc.code() in SENDER_FAILURES:  # type: ignore[attr-defined]
         return True
     # A decoder that does not know the job (it just started) cannot serve it yet; others may.
-    return isinstance(from_rpc_error(exc), JobNotFound)
+    return isinstance(error, JobNotFound)
 
 
 def _describe_failure(failure: BaseException | None) -> str:

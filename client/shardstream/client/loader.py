@@ -200,6 +200,7 @@ class RemoteLoader:
         """Batches start_step.. of `epoch`, reconnecting and resuming at the next batch if the link breaks."""
         step = start_step
         resumed = time.perf_counter()  # the loop is blocked in next() from here until the yield
+        stuck = _NoProgress(self.reconnect_timeout)
         while step < len(self):
             prefetcher = self._open_stream(epoch, step)
             received = iter(prefetcher)
@@ -225,6 +226,7 @@ class RemoteLoader:
             except (ServiceUnavailable, JobNotFound) as exc:
                 if isinstance(exc, ServiceUnavailable) and exc.from_service:
                     raise  # the service is up and says it cannot serve (no decoders): not a link failure
+                stuck.check(step, exc)  # the service answers, yet no decoder serves: give up in time
                 self.job = self._connection.reopen_job(self._open_request(), self.job, exc,
                                                        self.reconnect_timeout)
                 continue
@@ -240,13 +242,18 @@ class RemoteLoader:
         convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
         if self.job.batch_servers:  # the direct data plane: fetch from the decoders themselves
             target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self))
+            tls = self._connection.tls.for_decoders(self.address) if self._connection.tls else None
             return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
                                     self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
-                                    CHANNEL_OPTIONS, self.stats, self._connection.tls)
+                                    CHANNEL_OPTIONS, self.stats, tls, self._list_decoders)
         request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
                                           epoch=epoch, rank=self.rank, start_step=start_step,
                                           prefetch=self.prefetch, window_bytes=self.prefetch_bytes)
         return StreamPrefetcher(self._connection.stream, request, convert, self.timeout, describe)
+
+    def _list_decoders(self) -> list[str]:
+        """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined."""
+        return list(self._connection.open_job(self._open_request(), min(self.timeout, 10.0)).batch_servers)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this job is: the same on every rank (in DDP lockstep), small and picklable."""
@@ -282,6 +289,28 @@ class RemoteLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _NoProgress:
+    """Bounds reopening a job that makes no progress: the service answers OpenJob, but every
+    decoder it lists fails (unreachable data ports, a certificate that does not match). After
+    `timeout_s` without a batch, the last failure is raised; between attempts it backs off."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._step = -1
+        self._since = 0.0
+        self._delay = 0.1
+
+    def check(self, step: int, exc: ShardstreamError) -> None:
+        now = time.monotonic()
+        if step != self._step:  # progress since the last failure
+            self._step, self._since, self._delay = step, now, 0.1
+            return
+        if now - self._since > self._timeout_s:
+            raise ServiceUnavailable(f"no batch for {self._timeout_s:.0f} s while reopening the job: {exc}") from exc
+        time.sleep(self._delay)
+        self._delay = min(self._delay * 2, 2.0)
 
 
 __all__ = ["RemoteLoader"]

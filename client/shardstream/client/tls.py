@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import grpc
@@ -53,6 +53,15 @@ class TLS:
             root_certificates=_read(self.ca_file, "CA file") if self.ca_file else None,
             private_key=_read(self.key_file, "key file") if self.key_file else None,
             certificate_chain=_read(self.cert_file, "certificate file") if self.cert_file else None)
+
+    def for_decoders(self, service_address: str) -> TLS:
+        """The settings for the decode actors' batch servers (the direct data plane). They present
+        the service's own certificate and are reached by IP, so they are verified by the name the
+        service is: server_name, else the host of the service's address."""
+        if self.server_name:
+            return self
+        host = service_address.rsplit(":", 1)[0].removeprefix("dns:///").strip("[]")
+        return replace(self, server_name=host)
 
     def channel_options(self) -> list[tuple[str, str]]:
         return [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []

@@ -105,6 +105,11 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- $units }}
 {{- end }}
 
+{{/* How many data ports from decode.dataPort a decode worker's actors may take: two per actor. */}}
+{{- define "shardstream.dataPorts" -}}
+{{- mul 2 (include "shardstream.decodeUnits" . | int) }}
+{{- end }}
+
 {{/* Flags a decode worker's `ray start` gets, the user's decode.rayStartParams over the chart's. */}}
 {{- define "shardstream.decodeRayParams" -}}
 {{- $ray := .Values.ray }}

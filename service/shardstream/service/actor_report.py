@@ -25,6 +25,7 @@ class DirectReport:
 
     reads: ReadCounters
     served: dict[str, JobServed]
+    decode_seconds: list[float] = field(default_factory=list)  # each batch its server decoded
 
 
 __all__ = ["DirectReport", "JobServed"]

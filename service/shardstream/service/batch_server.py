@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -22,6 +22,7 @@ import grpc
 from shardstream.proto import BATCH_SERVICE_NAME, PROTOCOL_VERSION
 from shardstream.proto.errors import (
     ERROR_METADATA_KEY,
+    DeadlineExceeded,
     InvalidJobSpec,
     ProtocolMismatch,
     ShardstreamError,
@@ -29,6 +30,8 @@ from shardstream.proto.errors import (
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import encode_batch
 from shardstream.service.batching import DecodedBatch
+from shardstream.service.config import ServeSettings
+from shardstream.service.keepalive import SERVER_KEEPALIVE
 
 log = logging.getLogger(__name__)
 
@@ -39,9 +42,11 @@ OnSent = Callable[[str, int, int, int, int, int], None]
 
 
 class BatchServer:
-    def __init__(self, decode_step: DecodeStep, host: str, port: int = 0,
-                 max_message_bytes: int = 1 << 30, on_sent: OnSent | None = None,
-                 credentials: grpc.ServerCredentials | None = None) -> None:
+    def __init__(self, decode_step: DecodeStep, host: str, settings: ServeSettings | None = None,
+                 on_sent: OnSent | None = None, credentials: grpc.ServerCredentials | None = None) -> None:
+        settings = settings or ServeSettings()
+        ports, max_message_bytes = settings.ports, settings.max_message_bytes
+        self._decode_timeout_s = settings.decode_timeout_s
         self._decode_step = decode_step
         self._on_sent = on_sent
         self._decoder = ThreadPoolExecutor(1, thread_name_prefix="shardstream-batch-decode")
@@ -49,27 +54,39 @@ class BatchServer:
         self._server: grpc.aio.Server | None = None
         started = threading.Event()
         self._credentials = credentials  # TLS (and client certificates) as on the service's port
-        self._thread = threading.Thread(target=self._run, args=(host, port, max_message_bytes, started),
+        self._thread = threading.Thread(target=self._run, args=(host, ports, max_message_bytes, started),
                                         name="shardstream-batch-server", daemon=True)
         self._thread.start()
         if not started.wait(30) or self.port == 0:
-            raise OSError(f"the batch server could not bind {host}:{port}")
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            raise OSError(f"the batch server could not bind any of {_describe_ports(host, ports)}: more decode "
+                          "actors on this node than data_ports, or other processes hold those ports")
         self.address = f"{host}:{self.port}"
 
     port = 0
 
-    def _run(self, host: str, port: int, max_message_bytes: int, started: threading.Event) -> None:
+    def _run(self, host: str, ports: Sequence[int], max_message_bytes: int, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
 
         async def start() -> None:
+            # No SO_REUSEPORT: two actors of a node must not share a port of the range.
             server = grpc.aio.server(options=[("grpc.max_send_message_length", max_message_bytes),
-                                              ("grpc.max_receive_message_length", 1 << 20)])
+                                              ("grpc.max_receive_message_length", 1 << 20),
+                                              ("grpc.so_reuseport", 0), *SERVER_KEEPALIVE])
             server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(BATCH_SERVICE_NAME, {
                 "FetchBatches": grpc.stream_stream_rpc_method_handler(
                     self._fetch, request_deserializer=_parse_control, response_serializer=None),
             }),))
-            self.port = (server.add_secure_port(f"{host}:{port}", self._credentials) if self._credentials
-                         else server.add_insecure_port(f"{host}:{port}"))
+            for port in ports:  # the first free one
+                try:
+                    self.port = (server.add_secure_port(f"{host}:{port}", self._credentials) if self._credentials
+                                 else server.add_insecure_port(f"{host}:{port}"))
+                except RuntimeError:
+                    continue
+                if self.port:
+                    break
+            if not self.port:
+                return
             await server.start()
             self._server = server
 
@@ -100,8 +117,14 @@ class BatchServer:
                 if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
                     raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
                 want = control.want
-                decoded = await loop.run_in_executor(self._decoder, self._decode_step, opened.job_id,
-                                                     opened.epoch, opened.rank, want.step)
+                try:
+                    decoded = await asyncio.wait_for(loop.run_in_executor(
+                        self._decoder, self._decode_step, opened.job_id, opened.epoch, opened.rank, want.step),
+                        self._decode_timeout_s)
+                except TimeoutError:
+                    raise DeadlineExceeded(
+                        f"decoding batch {want.step} of job {opened.job_id} (epoch {opened.epoch}, rank "
+                        f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
                 message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
                                        decoded.replaced)
                 if want.max_bytes and len(message) > want.max_bytes:
@@ -118,6 +141,12 @@ class BatchServer:
         except Exception as exc:
             log.exception("batch server: internal error")
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+
+def _describe_ports(host: str, ports: Sequence[int]) -> str:
+    if isinstance(ports, range) and len(ports) > 1:
+        return f"{host}:{ports.start}-{ports.stop - 1}"
+    return ", ".join(f"{host}:{port}" for port in ports)
 
 
 def _parse_control(data: bytes) -> pb.FetchControl | None:

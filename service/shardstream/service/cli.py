@@ -36,8 +36,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "default: any)")
     serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
     serve.add_argument("--data-plane", choices=("relay", "direct"),
-                       help="relay (default): batches pass through this process; direct: ranks fetch them "
-                       "from the decode actors' own ports (docs/data-plane.md)")
+                       help="direct (default): ranks fetch batches from the decode actors' own ports "
+                       "(docs/data-plane.md); relay: batches pass through this process")
+    serve.add_argument("--data-port-base", type=int, help="decode actors' batch servers bind the first free "
+                       "port from here (default 0: any free port)")
+    serve.add_argument("--data-ports", type=int, help="how many ports from --data-port-base a node's decode "
+                       "actors may take (default 32)")
     serve.add_argument("--local-copy-dir", help="where decode nodes keep the row groups they read "
                        "(default: $TMPDIR/shardstream-local-copy)")
     serve.add_argument("--local-copy-bytes", type=int, help="bound of each node's local copy in bytes "
@@ -86,7 +90,7 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
         "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
         "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir",
-        "local_copy_bytes", "data_plane")}
+        "local_copy_bytes", "data_plane", "data_port_base", "data_ports")}
     for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
         if getattr(args, repeated):
             overrides[repeated] = tuple(getattr(args, repeated))

@@ -15,6 +15,15 @@ ENV_PREFIX = "SHARDSTREAM_"
 
 
 @dataclass(frozen=True)
+class ServeSettings:
+    """How a decode actor serves batches on the direct data plane (shipped to every actor)."""
+
+    ports: range = range(0, 1)  # its batch server binds the first free one; port 0: any free port
+    decode_timeout_s: float = 300.0  # a batch that takes longer ends its stream with DEADLINE_EXCEEDED
+    max_message_bytes: int = 1 << 30
+
+
+@dataclass(frozen=True)
 class ServiceConfig:
     host: str = "127.0.0.1"
     port: int = 50051
@@ -23,7 +32,9 @@ class ServiceConfig:
     decoder_cpus: float = 1.0
     allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
     allowed_dataset_prefixes: tuple[str, ...] = ()  # URL prefixes clients' datasets must lie under; () any
-    data_plane: str = "relay"  # "relay": batches via this process; "direct": ranks fetch from decoders
+    data_plane: str = "direct"  # "direct": ranks fetch from the decoders; "relay": batches via this process
+    data_port_base: int = 0  # decode actors' batch servers bind the first free port from here; 0: any
+    data_ports: int = 32  # ... among this many (data_port_base .. + data_ports - 1) on each node
     default_prefetch: int = 4  # batches decoded ahead per stream
     max_prefetch: int = 64
     default_window_bytes: int = 512 * 2**20  # bytes sent and not yet consumed, per stream
@@ -69,6 +80,11 @@ class ServiceConfig:
             raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
         if self.data_plane not in ("relay", "direct"):
             raise ValueError(f"data_plane must be 'relay' or 'direct', got {self.data_plane!r}")
+        if not 0 <= self.data_port_base <= 65535 or self.data_ports < 1:
+            raise ValueError("data_port_base must be 0..65535 and data_ports >= 1")
+        if self.data_port_base and self.data_port_base + self.data_ports - 1 > 65535:
+            raise ValueError(f"data_port_base + data_ports - 1 must be <= 65535, got "
+                             f"{self.data_port_base + self.data_ports - 1}")
         if self.local_copy_bytes < 0 or self.row_group_cache_bytes < 0:
             raise ValueError("local_copy_bytes and row_group_cache_bytes must be >= 0")
         if self.max_abandoned_storage_calls < 1:
@@ -78,6 +94,14 @@ class ServiceConfig:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
+    @property
+    def batch_serving(self) -> ServeSettings | None:
+        """How decode actors serve batches (the direct data plane); None on the relay."""
+        if self.data_plane != "direct":
+            return None
+        ports = (range(self.data_port_base, self.data_port_base + self.data_ports) if self.data_port_base
+                 else range(0, 1))
+        return ServeSettings(ports, self.decode_timeout_s, self.max_message_bytes)
     @classmethod
     def load(cls, overrides: Mapping[str, Any] | None = None,
              environ: Mapping[str, str] | None = None) -> ServiceConfig:
@@ -108,5 +132,4 @@ def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
     return raw
 
 
-
-__all__ = ["ENV_PREFIX", "ServiceConfig"]
+__all__ = ["ENV_PREFIX", "ServeSettings", "ServiceConfig"]

@@ -26,6 +26,7 @@ from shardstream.service.actor_report import DirectReport, JobServed
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.batch_server import BatchServer
 from shardstream.service.batching import DecodedBatch, DecodeJob, decode_batch
+from shardstream.service.config import ServeSettings
 from shardstream.service.local_copy import LocalCopy, default_directory
 from shardstream.service.plan import PlanCache, check_step
 from shardstream.service.read_counters import ReadCounters, SharedReadCounters
@@ -64,7 +65,8 @@ def _local_copy(settings: ReadSettings, counters: SharedReadCounters) -> LocalCo
 class DecodeWorker:
     """Process title: ``ray::DecodeWorker``. One per unit of `decode` resource."""
 
-    def __init__(self, settings: ReadSettings, serve_batches: bool = False, tls: TlsFiles | None = None) -> None:
+    def __init__(self, settings: ReadSettings, serving: ServeSettings | None = None,
+                 tls: TlsFiles | None = None) -> None:
         keep_freed_memory()  # batch arrays reuse mapped heap memory (allocator.py)
         self._counters = SharedReadCounters()
         local = _local_copy(settings, self._counters) if settings.local_copy_bytes > 0 else None
@@ -75,10 +77,11 @@ class DecodeWorker:
         self._plans = PlanCache(PLANS_KEPT)
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
-        # The direct data plane's port; none on the relay (data_plane "relay").
-        self._batch_server = (BatchServer(self.decode_step, ray.util.get_node_ip_address(), on_sent=self._sent,
+        # The direct data plane's port; none on the relay.
+        self._batch_server = (BatchServer(self.decode_step, ray.util.get_node_ip_address(), serving,
+                                          on_sent=self._sent,
                                           credentials=credentials_from(tls) if tls is not None else None)
-                              if serve_batches else None)
+                              if serving is not None else None)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
@@ -111,6 +114,7 @@ class DecodeWorker:
         batch = self._decode(job_id, epoch, self._plans.get(job.sampling, epoch, job_id).batch_indices(rank, step))
         with self._lock:
             self._report.reads.add(batch.reads)
+            self._report.decode_seconds.append(batch.decode_seconds)
         return batch
 
     def _sent(self, job_id: str, epoch: int, rank: int, step: int, samples: int, nbytes: int) -> None:

@@ -49,6 +49,11 @@ class ServiceMetrics:
         self.wait_seconds.observe(wait_s)
         self.decode_seconds.observe(decode_s)
 
+    def batches_decoded(self, decode_s: list[float]) -> None:
+        """Decode times the actors' batch servers reported (the direct data plane)."""
+        for seconds in decode_s:
+            self.decode_seconds.observe(seconds)
+
     def serve_http(self, host: str, port: int) -> WSGIServer:
         server, _thread = start_http_server(port, addr=host, registry=self.prometheus)
         log.info("metrics on http://%s:%d/metrics", host, server.server_port)

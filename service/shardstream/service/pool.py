@@ -29,6 +29,7 @@ from ray.exceptions import GetTimeoutError, RayActorError
 from shardstream.proto.errors import DeadlineExceeded, ServiceUnavailable
 from shardstream.service.actor_report import DirectReport, JobServed
 from shardstream.service.batching import DecodedBatch, DecodeJob
+from shardstream.service.config import ServeSettings
 from shardstream.service.decoder import DecodeWorker, ReadSettings
 from shardstream.service.read_counters import ReadCounters
 from shardstream.service.tls import TlsFiles
@@ -54,6 +55,7 @@ class _Slot:
     node_id: str = ""
     batch_address: str = ""  # its batch server, host:port
     heartbeat: Any = None  # ObjectRef of the last liveness probe
+    opening: dict[str, Any] | None = None  # job id -> its open_job call, while the actor starts
 
 
 @dataclass
@@ -69,7 +71,7 @@ class Ticket:
 
 class DecodePool:
     def __init__(self, num_decoders: int | None, decoder_cpus: float, read_settings: ReadSettings,
-                 reconcile_s: float = 1.0, serve_batches: bool = False, tls: TlsFiles | None = None) -> None:
+                 reconcile_s: float = 1.0, serving: ServeSettings | None = None, tls: TlsFiles | None = None) -> None:
         self._fixed = num_decoders
         # Following the cluster means one actor per `decode` unit; a fixed count on a
         # cluster without that resource places actors by CPU alone.
@@ -82,7 +84,7 @@ class DecodePool:
             scheduling_strategy="SPREAD",
         )
         self._read_settings = read_settings
-        self._serve_batches = serve_batches  # each actor runs a batch server (the direct data plane)
+        self._serving = serving  # each actor runs a batch server (the direct data plane)
         self._tls = tls  # ... speaking TLS with these files, which must be on every decode node
         self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
         self._slots: list[_Slot] = []
@@ -92,6 +94,7 @@ class DecodePool:
         self._stopped = threading.Event()
         # What the actors' batch servers sent, per job (server.py counts it in the job registry).
         self.on_served: Callable[[str, JobServed], None] = lambda _job_id, _served: None
+        self.on_decoded: Callable[[list[float]], None] = lambda _seconds: None  # ... and how long each took
         self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
         self.resubmitted = 0  # batches sent again because their actor died under them
         self._reconcile()
@@ -136,21 +139,39 @@ class DecodePool:
             self._cond.notify_all()
 
     def _spawn(self) -> _Slot:
-        actor = self._actor_cls.remote(self._read_settings, self._serve_batches, self._tls)
+        actor = self._actor_cls.remote(self._read_settings, self._serving, self._tls)
         return _Slot(actor=actor, probe=actor.hello.remote())  # type: ignore[attr-defined]
 
     def _check_started(self, slot: _Slot) -> None:
-        ready, _ = ray.wait([slot.probe], timeout=0)
-        if not ready:
+        """STARTING -> READY once the actor answers and holds every open job: ranks are sent to
+        its batch server only then, so a decoder that joins mid-epoch never answers JobNotFound."""
+        if slot.opening is None:
+            if not ray.wait([slot.probe], timeout=0)[0]:
+                return
+            try:
+                slot.node_id, slot.batch_address = ray.get(slot.probe)
+            except RayActorError as exc:  # it failed to start (e.g. no free data port): say why, then retry
+                log.error("a decode actor failed to start: %s", exc)
+                slot.state = SlotState.DEAD
+                return
+            slot.opening = {}
+        for job_id, ref in self._job_refs.items():
+            if job_id not in slot.opening:
+                slot.opening[job_id] = slot.actor.open_job.remote([job_id, ref])
+        pending = list(slot.opening.values())
+        if pending and ray.wait(pending, num_returns=len(pending), timeout=0)[1]:
             return
-        try:
-            slot.node_id, slot.batch_address = ray.get(slot.probe)
-            slot.state = SlotState.READY
-            log.info("decode actor ready on node %s", slot.node_id[:12])
-            for job_id, ref in self._job_refs.items():
-                slot.actor.open_job.remote([job_id, ref])
-        except RayActorError:
-            slot.state = SlotState.DEAD
+        for ref in pending:
+            try:
+                ray.get(ref)
+            except RayActorError:
+                slot.state = SlotState.DEAD
+                return
+            except Exception:  # a job the actor cannot open: its ranks hear why when they fetch
+                log.exception("a decode actor could not open a job")
+        slot.state = SlotState.READY
+        slot.opening = None
+        log.info("decode actor ready on node %s", slot.node_id[:12])
 
     def _check_alive(self, slot: _Slot) -> None:
         """Notice an actor that died while nothing was submitted to it: ranks fetching from its batch
@@ -170,6 +191,7 @@ class DecodePool:
             slot.decoded += sum(served.batches for served in report.served.values())
             for job_id, served in report.served.items():
                 self.on_served(job_id, served)
+            self.on_decoded(report.decode_seconds)
         slot.heartbeat = slot.actor.report.remote()
 
     def _bury(self, slot: _Slot, why: str) -> None:

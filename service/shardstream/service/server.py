@@ -23,6 +23,7 @@ from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
 from shardstream.service.decoder import ReadSettings
 from shardstream.service.jobs import JobRegistry
+from shardstream.service.keepalive import SERVER_KEEPALIVE
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
 from shardstream.service.servicer import LoaderServicer, lenient_parser
@@ -37,10 +38,7 @@ def grpc_options(max_send_bytes: int, max_receive_bytes: int) -> list[tuple[str,
     return [
         ("grpc.max_send_message_length", max_send_bytes),
         ("grpc.max_receive_message_length", max_receive_bytes),
-        ("grpc.keepalive_time_ms", 30_000),
-        ("grpc.keepalive_timeout_ms", 10_000),
-        ("grpc.http2.max_pings_without_data", 0),
-        ("grpc.keepalive_permit_without_calls", 1),
+        *SERVER_KEEPALIVE,
     ]
 
 
@@ -103,7 +101,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
     pool = DecodePool(config.num_decoders, config.decoder_cpus, ReadSettings(
         config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes),
-        serve_batches=config.data_plane == "direct", tls=TlsFiles.of(config))
+        serving=config.batch_serving, tls=TlsFiles.of(config))
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes))
     pool.on_served = registry.record_served
@@ -113,6 +111,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     )
     storage_calls = StorageCalls(config.max_abandoned_storage_calls)
     metrics = ServiceMetrics(registry, pool, storage_calls)
+    pool.on_decoded = metrics.batches_decoded
     server.add_generic_rpc_handlers(
         (_loader_handler(LoaderServicer(config, registry, pool, metrics, storage_calls)),))
     health_servicer = health.HealthServicer()

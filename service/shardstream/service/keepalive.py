@@ -1,0 +1,19 @@
+"""HTTP/2 keepalive for the service's gRPC servers (the coordinator's port and every batch server).
+
+Clients ping every 30 s while a call is open (client/connection.py). A rank in a long training
+step holds its streams open with no data flowing; by gRPC's default a server counts pings closer
+than 5 minutes apart without data as abuse and, after two, closes the connection with "too many
+pings". Accepting one every 10 s keeps those streams, and the server pings idle clients itself.
+"""
+
+from __future__ import annotations
+
+SERVER_KEEPALIVE: list[tuple[str, int]] = [
+    ("grpc.keepalive_time_ms", 30_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.max_pings_without_data", 0),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+]
+
+__all__ = ["SERVER_KEEPALIVE"]
