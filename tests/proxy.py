@@ -17,6 +17,7 @@ class ResettingProxy:
         self._closed = False
         self._frozen = threading.Event()
         self.resets = 0
+        self.accepted = 0  # connections made through it
         threading.Thread(target=self._accept, daemon=True).start()
 
     @property
@@ -32,6 +33,7 @@ class ResettingProxy:
             upstream = socket.create_connection(self._target)
             with self._lock:
                 self._connections += [client, upstream]
+                self.accepted += 1
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
 

@@ -168,6 +168,7 @@ def test_a_decoder_behind_a_black_holed_network_loses_its_steps_to_the_others(
     """A connection that stops passing bytes never fails by itself: after the stall time without a
     batch, the decoder is dropped and its steps are asked of the other one."""
     from shardstream.client import fetcher
+    from shardstream.client.channels import DecoderChannels
     from shardstream.client.connection import CHANNEL_OPTIONS
     from shardstream.client.stats import LoaderStats
     from shardstream.client.tensors import batch_to_tensors
@@ -183,9 +184,10 @@ def test_a_decoder_behind_a_black_holed_network_loses_its_steps_to_the_others(
     proxy = ResettingProxy(host, int(port))
     monkeypatch.setattr(fetcher, "DECODER_STALL_S", 2.0)
     stats = LoaderStats()
+    channels = DecoderChannels(None, CHANNEL_OPTIONS)
     prefetcher = fetcher.DirectPrefetcher(
         [proxy.address, second], fetcher.FetchTarget(job_id, 1, 1, 0, steps), 6, 1 << 30,
-        lambda view: batch_to_tensors(view, False), 60.0, "black-hole test", CHANNEL_OPTIONS, stats)
+        lambda view: batch_to_tensors(view, False), 60.0, "black-hole test", channels, stats)
     got = []
     try:
         for header, tensors in prefetcher:
@@ -194,6 +196,7 @@ def test_a_decoder_behind_a_black_holed_network_loses_its_steps_to_the_others(
                 proxy.freeze()
     finally:
         prefetcher.close()
+        channels.close()
         proxy.close()
     assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
     assert stats.decoders_lost == 1 and stats.steps_refetched >= 1
@@ -203,11 +206,11 @@ def test_decoders_that_cannot_be_reached_end_in_a_typed_error(direct: tuple[Serv
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """The service answers, but no decoder it lists can be reached (a firewall on the data ports):
     the rank reopens the job a few times, then says why instead of retrying for ever."""
-    from shardstream.client import ServiceUnavailable, fetcher
+    from shardstream.client import ServiceUnavailable, channels
     from shardstream.client.tls import open_channel
 
     _, address = direct
-    monkeypatch.setattr(fetcher, "open_channel", lambda _a, tls, options: open_channel("127.0.0.1:1", tls, options))
+    monkeypatch.setattr(channels, "open_channel", lambda _a, tls, options: open_channel("127.0.0.1:1", tls, options))
     started = time.monotonic()
     with RemoteLoader(address, dataset=dataset, batch_size=BATCH, world_size=1, rank=0, reconnect_timeout=2,
                       job_name="direct-unreachable") as loader:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardstream.client import RemoteLoader, fetcher
+from shardstream.client import RemoteLoader, channels
 from shardstream.client.tls import open_channel
 from shardstream.service.server import Service
 from tests.datasets import oracle_batches, write_indexed
@@ -45,7 +45,7 @@ def proxies(service: tuple[Service, str], monkeypatch: pytest.MonkeyPatch) -> It
     running, address = service
     proxies = Proxies(running, address)
     via = {a: p.address for a, p in proxies.decoders.items()}
-    monkeypatch.setattr(fetcher, "open_channel", lambda a, tls, options: open_channel(via.get(a, a), tls, options))
+    monkeypatch.setattr(channels, "open_channel", lambda a, tls, options: open_channel(via.get(a, a), tls, options))
     yield proxies
     for proxy in proxies.all:
         proxy.close()
@@ -71,6 +71,18 @@ def test_connection_reset_mid_epoch(proxies: Proxies, tmp_path: object, reset_at
         assert all(p.resets == 1 for p in proxies.decoders.values())
         if reset_at + 3 < len(got):  # ... while it still had steps to fetch (prefetch=3)
             assert lost == len(proxies.decoders)
+
+
+def test_a_rank_keeps_one_connection_per_decoder_across_epochs(proxies: Proxies, tmp_path: object) -> None:
+    data = f"{tmp_path}/data"
+    write_indexed(data, [40, 50])
+    with RemoteLoader(proxies.service.address, dataset=data, batch_size=2, seed=8, world_size=2, rank=0,
+                      prefetch=3) as loader:
+        for epoch in range(3):
+            loader.set_epoch(epoch)
+            assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 2, 0, 2, True, 8, False, epoch)
+        assert loader.job.batch_servers
+    assert [p.accepted for p in proxies.decoders.values()] == [1] * len(proxies.decoders)
 
 
 def test_reconnect_gives_up_with_a_typed_error(proxies: Proxies, tmp_path: object) -> None:

@@ -32,11 +32,11 @@ from dataclasses import dataclass
 import grpc
 import torch
 
+from shardstream.client.channels import DecoderChannels
 from shardstream.client.prefetcher import BatchHeader, Converted, until_none
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.client.stats import LoaderStats
-from shardstream.client.tls import TLS, open_channel
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.errors import (
     DeadlineExceeded,
@@ -78,13 +78,12 @@ class FetchTarget:
 class _Sender:
     """One decoder's FetchBatches stream: wants go out from a queue, batches come back on a thread."""
 
-    def __init__(self, address: str, target: FetchTarget, channel_options: list[tuple[str, int]],
-                 tls: TLS | None) -> None:
+    def __init__(self, address: str, target: FetchTarget, channel: grpc.Channel) -> None:
         self.address = address
         self.wants: queue.Queue[pb.FetchControl | None] = queue.Queue()
         self.wants.put(pb.FetchControl(open=pb.FetchOpen(
             protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank)))
-        self.channel = open_channel(address, tls, channel_options)
+        self.channel = channel  # the loader's, kept across epochs (channels.py)
         fetch = self.channel.stream_stream(FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
                                            response_deserializer=parse_batch)
         self.call = fetch(until_none(self.wants))
@@ -98,14 +97,13 @@ class _Sender:
         self.call.cancel()
         if self.thread is not None:
             self.thread.join(timeout=5.0)
-        self.channel.close()
 
 
 class DirectPrefetcher:
     def __init__(self, addresses: list[str], target: FetchTarget, window_batches: int, window_bytes: int,
                  convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str,
-                 channel_options: list[tuple[str, int]], stats: LoaderStats | None = None,
-                 tls: TLS | None = None, list_decoders: Callable[[], Sequence[str]] | None = None) -> None:
+                 channels: DecoderChannels, stats: LoaderStats | None = None,
+                 list_decoders: Callable[[], Sequence[str]] | None = None) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from")
         self._target = target
@@ -122,7 +120,7 @@ class DirectPrefetcher:
         self._senders: dict[str, _Sender] = {}
         self._stall_s = min(DECODER_STALL_S, timeout_s / 2)
         self._heard: dict[str, float] = {}  # sender -> when it last sent a batch or became busy
-        self._channel_options, self._tls = channel_options, tls
+        self._channels = channels
         self._stop = threading.Event()
         self._last_failure = ""
         for address in addresses:
@@ -138,7 +136,7 @@ class DirectPrefetcher:
         black-holed."""
         if address in self._senders:
             return
-        sender = _Sender(address, self._target, self._channel_options, self._tls)
+        sender = _Sender(address, self._target, self._channels.get(address))
         self._senders[address] = sender
         self._scheduler.add_sender(address)
         sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,

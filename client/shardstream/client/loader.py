@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 import torch
 
+from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
@@ -132,6 +133,8 @@ class RemoteLoader:
         self._steps_done = 0  # batches of the current epoch handed to the loop
         self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
         self._connection = ServiceConnection(address, connect_timeout, tls or TLS.from_env())
+        decoder_tls = self._connection.tls.for_decoders(address) if self._connection.tls else None
+        self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS)  # the direct data plane's
         try:
             self.job = self._connection.open_job(self._open_request(), self.timeout)
         except ShardstreamError:
@@ -242,10 +245,10 @@ class RemoteLoader:
         convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
         if self.job.batch_servers:  # the direct data plane: fetch from the decoders themselves
             target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self))
-            tls = self._connection.tls.for_decoders(self.address) if self._connection.tls else None
+            self._decoder_channels.keep_only(self.job.batch_servers)
             return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
                                     self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
-                                    CHANNEL_OPTIONS, self.stats, tls, self._list_decoders)
+                                    self._decoder_channels, self.stats, self._list_decoders)
         request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
                                           epoch=epoch, rank=self.rank, start_step=start_step,
                                           prefetch=self.prefetch, window_bytes=self.prefetch_bytes)
@@ -283,6 +286,7 @@ class RemoteLoader:
 
     def close(self) -> None:
         self._connection.close()
+        self._decoder_channels.close()
 
     def __enter__(self) -> RemoteLoader:
         return self
