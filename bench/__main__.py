@@ -29,7 +29,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--step-ms", type=float, help="simulated training step per batch (sleep)")
     parser.add_argument("--no-transport", action="store_true", help="skip the transport microbenchmark")
     parser.add_argument("--data-plane", choices=("relay", "direct"),
-                        help="the service's data plane (default relay; docs/data-plane.md)")
+                        help="the service's data plane (default direct; docs/data-plane.md)")
     parser.add_argument("--max-foreign-load", type=float, metavar="CORES",
                         help="repeat a measurement during which other processes used more CPU "
                              "than this (default 0.25 cores)")

@@ -21,6 +21,7 @@ PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 THROUGHPUT_VS = {"dataloader": ("torch DataLoader", 0.95), "raydata": ("Ray Data", 1.2),
                  "tfdata": ("tf.data service", 1.15)}
 CPU_VS_DATALOADER = 0.13
+CONTROL_CPU_PER_GB = 0.02  # CPU-s the `serve` process itself spends per GB delivered: it carries no bytes
 TRANSPORT_VS_GRPC = 0.80
 TRANSPORT_MIN_GBPS = 1.0
 TTFB_MAX_S = 1.0
@@ -100,6 +101,11 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
         CPU_VS_DATALOADER, "x",
         f"shardstream {_fmt(our_cpu, '.3f')} / DataLoader {_fmt(dl_cpu, '.3f')} CPU-s per 1000 samples"))
 
+    control = _control_cpu_per_gb(results)
+    targets.append(_target(
+        "control process CPU per GB delivered", control, "<=", CONTROL_CPU_PER_GB, "CPU-s",
+        "`shardstream serve` itself, not its decode actors or Ray; from the transport runs when made"))
+
     for mib in (results.get("transport") or {}).get("batch_mib", []):
         ours_gbps = _transport_gbps(results, "shardstream", mib)
         grpc_gbps = _transport_gbps(results, "grpc_raw", mib)
@@ -125,6 +131,25 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
         f"prefetch window {prefetch} x {_fmt(batch_mb and batch_mb / 1e6, '.2f')} MB "
         f"= {_fmt(window, '.1f')} MB, +10%"))
     return targets
+
+
+def _control_cpu_per_gb(results: dict[str, Any]) -> float | None:
+    """The serve process's own CPU-s per GB of batches delivered: from the transport runs when
+    there are (pre-decoded batches, the most bytes per second; the worst batch size), else from
+    the JPEG workload."""
+    transport = results.get("transport") or {}
+    if transport.get("status") == "ok":
+        per_gb = [m["server_main_cpu_per_1k"] * m["samples"] / 1000 / (m["nbytes"] / 1e9)
+                  for m in (e.get("median", {}) for e in transport["results"].get("shardstream", {}).values())
+                  if m.get("server_main_cpu_per_1k") is not None and m.get("nbytes")]
+        if per_gb:
+            return max(per_gb)
+    per_1k = _median(results, "shardstream", "server_main_cpu_per_1k")
+    batch_bytes = _median(results, "shardstream", "batch_bytes")
+    batch_size = (results.get("config") or {}).get("batch_size")
+    if per_1k is None or not batch_bytes or not batch_size:
+        return None
+    return per_1k / (1000 * batch_bytes / batch_size / 1e9)
 
 
 def all_passed(targets: list[Target]) -> bool:

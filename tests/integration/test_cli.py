@@ -47,8 +47,14 @@ def test_serve_status_and_sigterm(tmp_path: object) -> None:
             assert [b["idx"].tolist() for b in loader] == oracle_batches(11, 1, 0, 4, True, 0, False, 0)
         with pytest.raises(DatasetNotAllowed, match="data-other"):
             RemoteLoader(address, dataset=f"{tmp_path}/data-other", batch_size=4, world_size=1, rank=0)
-        status = subprocess.run([cli, "status", address], capture_output=True, text=True, timeout=30)
-        assert status.returncode == 0, status.stderr
+        # The decode actors report what they served each second: status shows it once they have.
+        deadline = time.monotonic() + 30
+        while True:
+            status = subprocess.run([cli, "status", address], capture_output=True, text=True, timeout=30)
+            assert status.returncode == 0, status.stderr
+            if "served 3 batches" in status.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
         assert "1 decoder(s) on 1 node(s)" in status.stdout
         assert "'cli-test': 11 samples" in status.stdout and "served 3 batches" in status.stdout
         assert "from storage (4 row group(s)); hits: memory" in status.stdout, status.stdout

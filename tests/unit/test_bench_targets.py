@@ -1,4 +1,4 @@
-"""bench.targets: the PASS/FAIL/SKIP verdict of issue 3's targets, from a results document."""
+"""bench.targets: the PASS/FAIL/SKIP verdict of the project's targets, from a results document."""
 
 from __future__ import annotations
 
@@ -24,9 +24,10 @@ def _transport(ours: float, grpc: float) -> dict[str, Any]:
 
 def _results(**overrides: Any) -> dict[str, Any]:
     results: dict[str, Any] = {
-        "config": {"prefetch": 4},
+        "config": {"prefetch": 4, "batch_size": 64},
         "systems": {
-            "shardstream": _system(1000.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6),
+            "shardstream": _system(1000.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
+                                   server_main_cpu_per_1k=0.001),
             "dataloader": _system(1000.0, 1.0),
             "raydata": _system(400.0),
             "tfdata": _system(700.0),
@@ -87,6 +88,21 @@ def test_transport_targets_need_80_percent_of_grpc_and_1_gbps() -> None:
     assert targets["transport 4 MiB vs raw gRPC"].status == PASS
     assert targets["transport 4 MiB throughput"].status == FAIL
     assert targets["transport 4 MiB throughput"].value == pytest.approx(0.9)
+
+
+def test_control_target_is_the_serve_process_cpu_per_gb_delivered() -> None:
+    results = _results()  # 64 samples of 10 MB batches: 1000 samples are 156.25 MB
+    results["systems"]["shardstream"]["median"]["server_main_cpu_per_1k"] = 0.004
+    t = _by_name(evaluate(results))["control process CPU per GB delivered"]
+    assert t.value == pytest.approx(0.004 / 0.15625)
+    assert t.status == FAIL
+    del results["systems"]["shardstream"]["median"]["server_main_cpu_per_1k"]
+    assert _by_name(evaluate(results))["control process CPU per GB delivered"].status == SKIP
+    # With transport runs, from those: 250,000 samples in 2 GB, 0.01 CPU-s per 1000 samples.
+    results["transport"]["results"]["shardstream"]["4"]["median"].update(
+        server_main_cpu_per_1k=0.01, samples=250_000, nbytes=2e9)
+    t = _by_name(evaluate(results))["control process CPU per GB delivered"]
+    assert t.value == pytest.approx(0.01 * 250 / 2) and t.status == FAIL
 
 
 def test_rss_target_is_the_prefetch_window_plus_ten_percent() -> None:
