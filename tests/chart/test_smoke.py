@@ -186,6 +186,7 @@ def test_rendered_commands_serve_batches(tmp_path: Path, ray_temp_dir: str) -> N
     (copy_mount,) = [m["mountPath"] for m in decode_c["volumeMounts"] if m["name"] == "local-copy"]
     ray_start = next(line for line in script(decode_c).splitlines() if "ray start" in line)
     decoders = json.loads(flags(ray_start)["resources"])["decode"]  # one decode actor per unit
+    data_ports = {p["containerPort"] for p in decode_c["ports"] if p["name"].startswith("data-")}
     data = tmp_path / "data"
     write_indexed(str(data), [13, 7, 10], row_group_size=3)
     home = tmp_path / "home"  # the image's home is on its read-only root filesystem
@@ -227,7 +228,11 @@ def test_rendered_commands_serve_batches(tmp_path: Path, ray_temp_dir: str) -> N
                                   timeout=60, connect_timeout=30) as loader:
                     loader.set_epoch(epoch)
                     got = [batch["idx"].tolist() for batch in loader]
+                    fetched_from = {int(a.rsplit(":", 1)[1]) for a in loader.job.batch_servers}
                 assert got == oracle_batches(30, 2, rank, 4, True, 5, False, epoch), (epoch, rank)
+                # The direct data plane (the default): batches came from the decode worker's
+                # actors, on the data ports its container declares.
+                assert len(fetched_from) == decoders and fetched_from <= data_ports, (fetched_from, data_ports)
 
         status = subprocess.run([str(BIN / "shardstream"), "status", address], capture_output=True,
                                 text=True, timeout=30)
