@@ -8,6 +8,7 @@ so a plan can be rebuilt anywhere from (spec, fingerprint, epoch).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 from collections.abc import Callable
@@ -58,8 +59,9 @@ class DatasetIndex:
         """Global index of each shard's first row (len = shards + 1)."""
         return np.concatenate([[0], np.cumsum([s.num_rows for s in self.shards])]).astype(np.int64)
 
-    @property
+    @functools.cached_property
     def fingerprint(self) -> str:
+        """Computed once: every rank's OpenJob returns it."""
         h = hashlib.sha256()
         for s in self.shards:
             h.update(f"{s.url}\0{s.size}\0{s.num_rows}\0{s.version}\n".encode())

@@ -89,20 +89,27 @@ class JobRegistry:
         self._opening: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def open(self, name: str, spec: JobSpec, rank: int) -> Job:
+    def find(self, name: str, spec: JobSpec, rank: int) -> Job | None:
+        """The open job this rank joins, or None when it must be opened (which reads storage).
+        Ranks call OpenJob again every few seconds to learn of new decoders: this is that path."""
         if not 0 <= rank < spec.world_size:
             raise InvalidJobSpec(f"rank {rank} is outside world_size {spec.world_size} (0..{spec.world_size - 1})")
+        existing = self._by_name.get(name or spec.fingerprint)
+        if existing is not None and existing.spec != spec:
+            raise JobSpecConflict(f"rank {rank}'s spec differs from job {name or spec.fingerprint!r}: "
+                                  + "; ".join(spec.differences(existing.spec)))
+        return existing
+
+    def open(self, name: str, spec: JobSpec, rank: int) -> Job:
+        existing = self.find(name, spec, rank)
+        if existing is not None:
+            return existing
         name = name or spec.fingerprint
         with self._lock:
             name_lock = self._opening.setdefault(name, threading.Lock())
         with name_lock:  # ranks opening the same job concurrently index it once
-            existing = self._by_name.get(name)
+            existing = self.find(name, spec, rank)
             if existing is not None:
-                if existing.spec != spec:
-                    raise JobSpecConflict(
-                        f"rank {rank}'s spec differs from job {name!r}: "
-                        + "; ".join(spec.differences(existing.spec))
-                    )
                 return existing
             job = self._create(name, spec)
             with self._lock:

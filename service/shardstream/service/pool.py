@@ -90,6 +90,7 @@ class DecodePool:
         self._slots: list[_Slot] = []
         self._job_refs: dict[str, Any] = {}
         self._job_opened: dict[str, list[Any]] = {}  # job id -> the actors' open_job calls
+        self._job_held: set[str] = set()  # jobs every actor listed holds: registering again is free
         self._cond = threading.Condition()
         self._stopped = threading.Event()
         # What the actors' batch servers sent, per job (server.py counts it in the job registry).
@@ -262,12 +263,18 @@ class DecodePool:
         """Ship the job's descriptor to every actor (and to actors that start later), and wait until
         the actors ready now have it, so a rank's first fetch from any of them finds the job."""
         with self._cond:
+            if job.job_id in self._job_held:
+                return  # every actor has had it (and actors that start later get it before being listed)
             opened = self._job_opened.get(job.job_id)
             if opened is None:
                 ref = self._job_refs[job.job_id] = ray.put(job)
                 actors = [s.actor for s in self._slots if s.state is SlotState.READY]
                 opened = self._job_opened[job.job_id] = [a.open_job.remote([job.job_id, ref]) for a in actors]
         waiting = ray.wait(opened, num_returns=len(opened), timeout=timeout_s)[1] if opened else []
+        if not waiting:
+            with self._cond:
+                if job.job_id in self._job_opened:
+                    self._job_held.add(job.job_id)
         if waiting:
             log.warning("%d decode actor(s) did not open job %s within %.0f s", len(waiting), job.job_id,
                         timeout_s)
@@ -277,6 +284,7 @@ class DecodePool:
         with self._cond:
             self._job_refs.pop(job_id, None)
             self._job_opened.pop(job_id, None)
+            self._job_held.discard(job_id)
             actors = [s.actor for s in self._slots if s.state is SlotState.READY]
         for actor in actors:
             actor.forget.remote(job_id)

@@ -122,8 +122,10 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         _check_version(request.protocol_version)
         spec = JobSpec.from_proto(request.spec)
         # Opening reads remote storage, which may not answer: bounded by the deadline (bounded.py).
-        job = self.storage_calls.run(lambda: self.registry.open(request.job_name, spec, request.rank),
-                                     context.time_remaining(), f"opening dataset {list(spec.dataset)}")
+        # Joining an open job reads nothing.
+        job = self.registry.find(request.job_name, spec, request.rank) or self.storage_calls.run(
+            lambda: self.registry.open(request.job_name, spec, request.rank), context.time_remaining(),
+            f"opening dataset {list(spec.dataset)}")
         self.pool.register(job.decode)  # every decode actor learns the job (their batch servers plan it)
         return pb.OpenJobResponse(
             job_id=job.job_id,

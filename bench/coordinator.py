@@ -1,0 +1,121 @@
+"""What the coordinator (`shardstream serve`) spends per rank on the direct data plane.
+
+It carries no batches: a rank's only calls are OpenJob when it starts or
+reconnects and, every DECODERS_REFRESH_S while it iterates, OpenJob again to
+learn of decoders that joined. This starts a service, opens one job, and has
+simulated ranks (threads, each with its own channel) call OpenJob back to back
+for a while, measuring the `serve` process's own CPU (psutil: its threads only,
+not the decode actors or Ray's daemons). From that: the CPU per call, and how
+many ranks one core of the coordinator keeps refreshed.
+
+    .venv/bin/python -m bench.coordinator [--ranks 64] [--seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import grpc
+import psutil
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.services import shardstream_service
+from shardstream.client.distributed import default_job_name
+from shardstream.client.fetcher import DECODERS_REFRESH_S
+from shardstream.proto import PROTOCOL_VERSION
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class CoordinatorCost:
+    ranks: int
+    seconds: float
+    calls: int
+    serve_cpu_s: float
+
+    @property
+    def cpu_ms_per_call(self) -> float:
+        return 1000 * self.serve_cpu_s / max(1, self.calls)
+
+    @property
+    def ranks_per_core(self) -> float:
+        """Ranks refreshing every DECODERS_REFRESH_S that one core of the coordinator serves."""
+        return DECODERS_REFRESH_S / (self.cpu_ms_per_call / 1000) if self.calls else 0.0
+
+
+def measure(address: str, serve_pid: int, dataset: str, ranks: int, seconds: float) -> CoordinatorCost:
+    world = max(ranks, 1)
+    spec = pb.JobSpec(dataset=[dataset], batch_size=4, shuffle=True, world_size=world,
+                      transform=pb.TransformSpec(args_json="{}"))
+    name = default_job_name(0, world)
+
+    def request(rank: int) -> pb.OpenJobRequest:
+        return pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, job_name=name, spec=spec, rank=rank)
+
+    with grpc.insecure_channel(address) as channel:  # the job exists before the clock starts
+        pb_grpc.LoaderStub(channel).OpenJob(request(0), timeout=60)
+    counts = [0] * ranks
+    stop = threading.Event()
+
+    def rank_loop(rank: int) -> None:
+        with grpc.insecure_channel(address) as channel:
+            stub = pb_grpc.LoaderStub(channel)
+            while not stop.is_set():
+                stub.OpenJob(request(rank), timeout=60)
+                counts[rank] += 1
+
+    serve = psutil.Process(serve_pid)
+    threads = [threading.Thread(target=rank_loop, args=(r,), daemon=True) for r in range(ranks)]
+    before = sum(serve.cpu_times()[:2])
+    started = time.monotonic()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    elapsed = time.monotonic() - started
+    return CoordinatorCost(ranks, elapsed, sum(counts), sum(serve.cpu_times()[:2]) - before)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.coordinator", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--ranks", type=int, default=64, help="simulated ranks calling OpenJob")
+    parser.add_argument("--seconds", type=float, default=20.0)
+    parser.add_argument("--out", default="bench/results", help="directory for the JSON")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="shardstream-coordinator-") as work:
+        data = Path(work) / "data"  # small: indexing it is not what is measured
+        data.mkdir()
+        pq.write_table(pa.table({"idx": pa.array(range(1024), pa.int64())}), data / "part-00000.parquet")
+        with shardstream_service(1, Path(work), config={"decoder_cpus": "0.5"}) as service:
+            cost = measure(f"127.0.0.1:{service.announced}", service.pid, str(data), args.ranks, args.seconds)
+    figures = {**asdict(cost), "cpu_ms_per_call": cost.cpu_ms_per_call, "ranks_per_core": cost.ranks_per_core,
+               "refresh_s": DECODERS_REFRESH_S}
+    sys.stdout.write(
+        f"{cost.ranks} simulated ranks, {cost.calls:,} OpenJob calls in {cost.seconds:.1f} s: "
+        f"`serve` spent {cost.serve_cpu_s:.2f} CPU-s, {cost.cpu_ms_per_call:.3f} CPU-ms per call; "
+        f"one core keeps {cost.ranks_per_core:,.0f} ranks refreshed every {DECODERS_REFRESH_S:.0f} s\n")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"coordinator-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"
+    path.write_text(json.dumps(figures, indent=2) + "\n")
+    sys.stdout.write(f"results: {path}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
