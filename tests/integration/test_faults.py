@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 import ray
@@ -78,16 +79,16 @@ def run_epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int
                       prefetch=prefetch, columns=["idx"], job_name=f"faults-{fault.__name__}",
                       **slow) as loader:  # type: ignore[arg-type]
         loader.set_epoch(1)
-        return _drive(loader, fault_after, fault, recovered)
+        return _drive(loader, {fault_after: fault}, recovered)
 
 
-def _drive(loader: RemoteLoader, fault_after: int, fault, recovered: Recovered) -> list[list[int]]:  # type: ignore[no-untyped-def]
-    """The loader's epoch with the fault injected after batch `fault_after`."""
+def _drive(loader: RemoteLoader, faults: dict[int, Callable[[], None]], recovered: Recovered) -> list[list[int]]:
+    """The loader's epoch with each fault injected after the batch it is keyed by."""
     got = []
     for step, batch in enumerate(loader):
         got.append(batch["idx"].tolist())
-        if step == fault_after:
-            fault()
+        if step in faults:
+            faults[step]()
     recovered.add(loader)
     return got
 
@@ -150,15 +151,17 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
             time.sleep(0.1)
         assert running.pool.size == 3, running.pool.status()
 
-    got = _one_rank_epoch(address, dataset, "scale-out", 4, 1, add_a_decode_node, Recovered(running))
-    assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
-    new_node = added[0].node_id  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 10  # the actors report what they sent each second
-    while not sum(done for node, _, done in running.pool.status() if node == new_node):
-        assert time.monotonic() < deadline, running.pool.status()
-        time.sleep(0.2)
-    cluster.remove_node(added[0])  # type: ignore[arg-type]
-    _wait_for_pool(running, 2)
+    try:
+        got = _one_rank_epoch(address, dataset, "scale-out", 4, {1: add_a_decode_node}, Recovered(running))
+        assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
+        new_node = added[0].node_id  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 10  # the actors report what they sent each second
+        while not sum(done for node, _, done in running.pool.status() if node == new_node):
+            assert time.monotonic() < deadline, running.pool.status()
+            time.sleep(0.2)
+    finally:  # the next test expects the module's two decode nodes, whatever happened here
+        _remove_extra_nodes(cluster, added)
+        _wait_for_pool(running, 2)
 
 
 @pytest.mark.slow
@@ -174,16 +177,16 @@ def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], 
         cluster.remove_node(spare)
 
     recovered = Recovered(running)
-    # The whole epoch (15 steps) in the window at once and 0.4 s per batch: when the node goes,
-    # its decoder still holds steps (a window already full would leave it nothing in flight).
-    got = run_epoch_with_fault(address, dataset, 1, 0, remove_a_decode_node, recovered, prefetch=15,
-                               slow={**SLOW, "transform_args": {"delay_s": 0.1}})
-    assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
-    assert recovered, running.pool.status()
-    deadline = time.monotonic() + 60
-    while running.pool.size != 2 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert running.pool.size == 2, running.pool.status()
+    try:
+        # The whole epoch (15 steps) in the window at once and 0.4 s per batch: when the node goes,
+        # its decoder still holds steps (a window already full would leave it nothing in flight).
+        got = run_epoch_with_fault(address, dataset, 1, 0, remove_a_decode_node, recovered, prefetch=15,
+                                   slow={**SLOW, "transform_args": {"delay_s": 0.1}})
+        assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
+        assert recovered, running.pool.status()
+    finally:  # the next test expects the module's two decode nodes, whatever happened here
+        _remove_extra_nodes(cluster, [spare])
+        _wait_for_pool(running, 2)
 
 
 @pytest.mark.slow
@@ -196,33 +199,50 @@ def test_decode_node_restarted_mid_epoch(cluster: Cluster, service: tuple[Servic
     nodes = [cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)]
     _wait_for_pool(running, 3)
 
-    def restart_a_decode_node() -> None:
-        cluster.remove_node(nodes[0])
+    # The node goes while the loop keeps taking batches, so its decoder is busy when it goes (a loop
+    # held during the removal would let the window fill and leave it nothing in flight). Later the
+    # loop is held until the node is back, so the rest of the epoch is there for it to take.
+    removal = threading.Thread(target=cluster.remove_node, args=(nodes[0],))
+
+    def node_back() -> None:
+        removal.join()
         _wait_for_pool(running, 2)
         nodes.append(cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE))
         _wait_for_pool(running, 3)
 
     recovered = Recovered(running)
-    got = _one_rank_epoch(address, dataset, "node-restart", 6, 2, restart_a_decode_node, recovered)
-    assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
-    assert recovered, running.pool.status()
-    restarted = nodes[1].node_id  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 10  # the actors report what they sent each second
-    while not sum(done for node, _, done in running.pool.status() if node == restarted):
-        assert time.monotonic() < deadline, running.pool.status()
-        time.sleep(0.2)
-    cluster.remove_node(nodes[1])
-    _wait_for_pool(running, 2)
+    try:
+        got = _one_rank_epoch(address, dataset, "node-restart", 6, {2: removal.start, 20: node_back}, recovered,
+                              delay_s=0.15)
+        assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
+        assert recovered, running.pool.status()
+        restarted = nodes[1].node_id  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 10  # the actors report what they sent each second
+        while not sum(done for node, _, done in running.pool.status() if node == restarted):
+            assert time.monotonic() < deadline, running.pool.status()
+            time.sleep(0.2)
+    finally:  # the next test expects the module's two decode nodes, whatever happened here
+        if removal.ident is not None:
+            removal.join()
+        _remove_extra_nodes(cluster, nodes)
+        _wait_for_pool(running, 2)
 
 
-def _one_rank_epoch(address: str, dataset: str, job_name: str, prefetch: int, fault_after: int, fault,  # type: ignore[no-untyped-def]
-                    recovered: Recovered) -> list[list[int]]:
-    """Epoch 0 of a one-rank job, in batches of 2 that take 0.1 s each: long enough for a node to
-    join and take work."""
+def _one_rank_epoch(address: str, dataset: str, job_name: str, prefetch: int,
+                    faults: dict[int, Callable[[], None]], recovered: Recovered,
+                    delay_s: float = 0.05) -> list[list[int]]:
+    """Epoch 0 of a one-rank job, 60 batches of 2 that take 2 * delay_s each: long enough for a
+    node to join and take work."""
     with RemoteLoader(address, dataset=dataset, batch_size=2, seed=3, world_size=1, rank=0, prefetch=prefetch,
                       columns=["idx"], job_name=job_name, transform="tests.transforms:slow",
-                      transform_args={"delay_s": 0.05}) as loader:
-        return _drive(loader, fault_after, fault, recovered)
+                      transform_args={"delay_s": delay_s}) as loader:
+        return _drive(loader, faults, recovered)
+
+
+def _remove_extra_nodes(cluster: Cluster, nodes: list[object]) -> None:
+    for node in nodes:
+        if node in cluster.list_all_nodes():
+            cluster.remove_node(node)  # type: ignore[arg-type]
 
 
 def _wait_for_pool(running: Service, size: int) -> None:
