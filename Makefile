@@ -25,11 +25,13 @@ test: setup proto-check lint typecheck
 	$(PY) -m pytest tests
 
 # Side by side: shardstream, DataLoader, Ray Data and (where TensorFlow installs) tf.data service;
-# then shuffled reads of a dataset 4x larger than the decoders' memory (local files and gs://).
+# then samples/s against the number of decode nodes (a chart), and shuffled reads of a dataset 4x
+# larger than the decoders' memory (local files and gs://).
 bench: setup
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PIP) install -q "tensorflow-cpu>=2.15" || echo "tensorflow-cpu did not install: the tf.data service column will be skipped"
 	$(PY) -m bench
+	$(PY) -m bench.scaling
 	$(PY) -m bench.shuffled_reads --gcs
 
 lint: setup

@@ -28,8 +28,6 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, help="JPEG samples in the workload")
     parser.add_argument("--step-ms", type=float, help="simulated training step per batch (sleep)")
     parser.add_argument("--no-transport", action="store_true", help="skip the transport microbenchmark")
-    parser.add_argument("--data-plane", choices=("relay", "direct"),
-                        help="the service's data plane (default direct; docs/data-plane.md)")
     parser.add_argument("--max-foreign-load", type=float, metavar="CORES",
                         help="repeat a measurement during which other processes used more CPU "
                              "than this (default 0.25 cores)")
@@ -58,8 +56,6 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         changes["step_ms"] = args.step_ms
     if args.no_transport:
         changes["run_transport"] = False
-    if args.data_plane:
-        changes["data_plane"] = args.data_plane
     if args.max_foreign_load is not None:
         changes["max_foreign_load_cores"] = args.max_foreign_load
     if args.retries is not None:

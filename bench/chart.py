@@ -1,4 +1,5 @@
-"""The PNG chart of a run: samples/s and consumer CPU per 1000 samples, side by side."""
+"""PNG charts: a run's samples/s and consumer CPU per 1000 samples side by side; a scaling run's
+samples/s against the number of decode nodes."""
 
 from __future__ import annotations
 
@@ -48,4 +49,36 @@ def write_chart(results: dict[str, Any], path: Path) -> Path:
     return path
 
 
-__all__ = ["write_chart"]
+def write_scaling_chart(result: dict[str, Any], path: Path) -> Path:
+    """Aggregate samples/s against decode nodes, with the line each node's first-point rate would
+    give if nodes added their full share (what separate machines approach; here they share cores)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = result["rows"]
+    nodes = [int(r["decoders"]) for r in rows]
+    rate = [r["samples_per_s"] for r in rows]
+    fig, axis = plt.subplots(figsize=(6.5, 4.2))
+    axis.plot(nodes, [rows[0]["per_actor"] * n for n in nodes], linestyle="--", color="#7f7f7f",
+              label="linear from 1 node")
+    axis.plot(nodes, rate, marker="o", color="#d62728", label="shardstream, one rank")
+    for n, r in zip(nodes, rate, strict=True):
+        axis.annotate(f"{r:,.0f}", (n, r), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=8)
+    axis.set_xticks(nodes)
+    axis.set_xlabel("decode nodes (1 actor, num_cpus=1 each)")
+    axis.set_ylabel("samples/s")
+    axis.set_ylim(bottom=0)
+    axis.legend(fontsize=8)
+    machine = result["machine"]
+    axis.set_title(f"{result['date'][:10]}: every node shares {machine['cores']} cores with the consumer",
+                   fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["write_chart", "write_scaling_chart"]

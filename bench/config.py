@@ -73,7 +73,6 @@ class BenchConfig:
     prefetch: int = 4  # RemoteLoader prefetch (batches); the RSS target's window
     step_ms: float = 0.0  # simulated accelerator step per batch (sleep), 0 = pure loading
     run_transport: bool = True
-    data_plane: str = "direct"  # the service's data_plane: relay, or direct (ranks fetch from decoders)
     consumer_timeout_s: float = 900.0
     # A measurement during which other processes used more than this many cores is repeated,
     # up to `retries` times; the least disturbed attempt is kept.

@@ -8,6 +8,14 @@ for a while, measuring the `serve` process's own CPU (psutil: its threads only,
 not the decode actors or Ray's daemons). From that: the CPU per call, and how
 many ranks one core of the coordinator keeps refreshed.
 
+Per step the coordinator does nothing: each decode actor reports, once a
+second, what it sent (batches, bytes, each rank's furthest step), and the
+coordinator books the report. Two costs of that are measured: the whole of it
+per actor (the `serve` process's CPU with 1 and with 8 idle decode actors,
+over the same time: Ray's call to the actor, the wait and the get included),
+and booking a report in this process on the same code
+(`JobRegistry.record_served`) for reports naming 1, 100 and 1,000 ranks.
+
     .venv/bin/python -m bench.coordinator [--ranks 64] [--seconds 20]
 """
 
@@ -34,6 +42,9 @@ from shardstream.client.fetcher import DECODERS_REFRESH_S
 from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
+from shardstream.service.actor_report import JobServed
+from shardstream.service.jobs import JobRegistry
+from shardstream.service.spec import JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +101,39 @@ def measure(address: str, serve_pid: int, dataset: str, ranks: int, seconds: flo
     return CoordinatorCost(ranks, elapsed, sum(counts), sum(serve.cpu_times()[:2]) - before)
 
 
+def report_cost_us(dataset: str, ranks: int, repeats: int = 2000) -> float:
+    """CPU microseconds to book one decode actor's report naming `ranks` ranks' positions."""
+    spec = JobSpec.from_proto(pb.JobSpec(dataset=[dataset], batch_size=4, world_size=max(ranks, 1),
+                                         transform=pb.TransformSpec(args_json="{}")))
+    registry = JobRegistry(())
+    job = registry.open("reports", spec, 0)
+    started = time.process_time()
+    for i in range(repeats):
+        served = JobServed(batches=ranks, samples=4 * ranks, nbytes=ranks << 20,
+                           positions={r: (0, i) for r in range(ranks)})
+        registry.record_served(job.job_id, served)
+    return 1e6 * (time.process_time() - started) / repeats
+
+
+def serve_cpu_over(pid: int, seconds: float) -> float:
+    serve = psutil.Process(pid)
+    before = sum(serve.cpu_times()[:2])
+    time.sleep(seconds)
+    return sum(serve.cpu_times()[:2]) - before
+
+
+def report_cost_ms(work: Path, seconds: float, actors: tuple[int, int] = (1, 8)) -> float:
+    """CPU-ms of the `serve` process per actor report, from its idle CPU with few and many actors."""
+    cpu = []
+    for count in actors:
+        with shardstream_service(count, work, log_name=f"service-{count}.log",
+                                 config={"decoder_cpus": "0.1"}) as service:
+            time.sleep(5.0)  # past start-up: the actors are listed and reporting
+            cpu.append(serve_cpu_over(service.pid, seconds))
+    reports = (actors[1] - actors[0]) * seconds  # one report per actor per second
+    return 1000 * max(cpu[1] - cpu[0], 0.0) / reports
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.coordinator", description=__doc__.split("\n\n")[0])
     parser.add_argument("--ranks", type=int, default=64, help="simulated ranks calling OpenJob")
@@ -103,12 +147,20 @@ def main(argv: list[str] | None = None) -> int:
         pq.write_table(pa.table({"idx": pa.array(range(1024), pa.int64())}), data / "part-00000.parquet")
         with shardstream_service(1, Path(work), config={"decoder_cpus": "0.5"}) as service:
             cost = measure(f"127.0.0.1:{service.announced}", service.pid, str(data), args.ranks, args.seconds)
+        reports = {ranks: report_cost_us(str(data), ranks) for ranks in (1, 100, 1000)}
+        per_actor_ms = report_cost_ms(Path(work), args.seconds)
     figures = {**asdict(cost), "cpu_ms_per_call": cost.cpu_ms_per_call, "ranks_per_core": cost.ranks_per_core,
-               "refresh_s": DECODERS_REFRESH_S}
+               "refresh_s": DECODERS_REFRESH_S, "report_cpu_us_by_ranks": reports,
+               "serve_cpu_ms_per_actor_report": per_actor_ms}
     sys.stdout.write(
         f"{cost.ranks} simulated ranks, {cost.calls:,} OpenJob calls in {cost.seconds:.1f} s: "
         f"`serve` spent {cost.serve_cpu_s:.2f} CPU-s, {cost.cpu_ms_per_call:.3f} CPU-ms per call; "
         f"one core keeps {cost.ranks_per_core:,.0f} ranks refreshed every {DECODERS_REFRESH_S:.0f} s\n")
+    sys.stdout.write("booking a decode actor's once-a-second report: " + ", ".join(
+        f"{us:,.0f} CPU-us naming {ranks:,} rank(s)" for ranks, us in reports.items()) + "\n")
+    sys.stdout.write(f"`serve` per decode actor (its once-a-second report, Ray's call included): "
+                     f"{per_actor_ms:.2f} CPU-ms per report; one core keeps "
+                     f"{1000 / max(per_actor_ms, 1e-9):,.0f} actors reporting\n")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     path = out / f"coordinator-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}.json"

@@ -243,7 +243,7 @@ class Runner:
 
     def _shardstream_round(self, entry: dict[str, Any], workload_dir: Path, rep: int) -> None:
         cfg = self.config
-        with shardstream_service(cfg.cores, self.work_dir, config={"data_plane": cfg.data_plane}) as service:
+        with shardstream_service(cfg.cores, self.work_dir) as service:
             address = f"127.0.0.1:{service.announced}"
             warm = self._workload_spec("shardstream", workload_dir, address,
                                        f"bench-{self.run_id}-warmup{rep}")
@@ -277,8 +277,7 @@ class Runner:
     def _transport_round(self, dataset: Path, rep: int, transport: dict[str, Any]) -> None:
         cfg, spec = self.config, self.config.transport
         results = transport["results"]
-        with shardstream_service(cfg.cores, self.work_dir, log_name="service-transport.log",
-                                 config={"data_plane": cfg.data_plane}) as service:
+        with shardstream_service(cfg.cores, self.work_dir, log_name="service-transport.log") as service:
             address = f"127.0.0.1:{service.announced}"
             for mib in spec.batch_mib:
                 results["shardstream"][str(mib)]["runs"].append(self._measure(transport_consumer(

@@ -1,6 +1,6 @@
 """Throughput against the number of decode actors, on a ``ray.cluster_utils.Cluster``.
 
-    python -m bench.scaling [--quick] [--nodes 1,2] [--repetitions N]
+    python -m bench.scaling [--quick] [--nodes 1,2,3] [--repetitions N]
 
 A head node with no CPUs holds the service's driver; each decode node is a
 Ray node with ``num_cpus=1`` and ``{"decode": 1}``, so the service places one
@@ -9,9 +9,10 @@ many decoders and a RemoteLoader consumer (another process) reads the JPEG
 workload as in ``python -m bench``.
 
 All "nodes" share this machine's cores: with 2 cores, 2 decode nodes already
-compete with the serve process and the consumer, so the curve shows per-actor
-cost and coordination overhead, not what separate machines would give. See
-docs/benchmarks.md for the model of N real CPU nodes.
+compete with the consumer (and, with 3, with each other for 2 cores), so the
+curve shows per-actor cost and coordination overhead, not what separate
+machines would give. docs/scaling.md models a real cluster from these
+figures. Writes the results as JSON and a chart (PNG) next to them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from bench.chart import write_scaling_chart
 from bench.config import CACHE_DIR, RESULTS_DIR, BenchConfig, full_config, quick_config
 from bench.consumer import ConsumerFailed, run_consumer
 from bench.machine import machine_info
@@ -133,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.scaling", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="tiny workload, 1 repetition")
-    parser.add_argument("--nodes", default="1,2", help="decode node counts, e.g. 1,2")
+    parser.add_argument("--nodes", default="1,2,3", help="decode node counts, e.g. 1,2,3")
     parser.add_argument("--repetitions", type=int)
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
@@ -153,11 +155,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"{stem}.json"
     path.write_text(json.dumps(result, indent=2) + "\n")
+    chart = write_scaling_chart(result, args.out / f"{stem}.png")
     machine = result["machine"]
     print(f"{result['date']}  {machine['cores']} cores ({machine['cpu_model']}); every decode node "
           f"shares these cores with the serve process and the consumer\n")
     print(scaling_table(result["rows"]))
-    print(f"\nresults: {path}")
+    print(f"\nresults: {path}\nchart: {chart}")
     return 0
 
 

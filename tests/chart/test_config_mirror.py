@@ -52,10 +52,10 @@ def test_the_configmap_has_one_key_per_field() -> None:
 def test_the_configmap_loads_into_the_service_config() -> None:
     config = {"num_decoders": 6, "decoder_cpus": 0.5, "allowed_transform_modules": ["acme.tf", "lab.aug"],
               "allowed_dataset_prefixes": ["gs://team-a/train", "s3://shared/public"],
-              "data_plane": "direct", "default_prefetch": 3, "max_prefetch": 9, "decode_timeout_s": 12.5,
+              "decode_timeout_s": 12.5,
               "row_group_cache_bytes": 3 << 30, "local_copy_bytes": 200 << 30,
               "max_message_bytes": 1 << 28, "grpc_workers": 16,
-              "default_window_bytes": 64 << 20, "max_request_bytes": 1 << 20, "job_idle_ttl_s": 90.0,
+              "max_request_bytes": 1 << 20, "job_idle_ttl_s": 90.0,
               "max_abandoned_storage_calls": 5}
     assert set(config) == set(default_values()["config"]), "exercise every config value"
     data = render({"config": config, "service": {"port": 6001}, "metrics": {"port": 9300},

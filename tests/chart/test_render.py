@@ -264,7 +264,7 @@ def test_tls_mounts_the_secret_into_the_head_and_points_the_service_at_it() -> N
         assert set(head[probe]) & {"grpc", "httpGet", "tcpSocket", "exec"} == {"tcpSocket"}, probe
         assert head[probe]["tcpSocket"]["port"] == port_named(head, "grpc")
     decode_has_it = any(v.get("secret", {}).get("secretName") == "loader-tls" for v in pod_spec(out.decode)["volumes"])
-    assert decode_has_it is (config.data_plane == "direct")  # the batch servers speak TLS too
+    assert decode_has_it  # the batch servers speak TLS too
     server_only = ServiceConfig.load(environ=render({"tls": {"secretName": "loader-tls"}}).config_map)
     assert server_only.tls_cert_file and server_only.tls_client_ca_file is None
     plain = ServiceConfig.load(environ=render().config_map)
@@ -391,7 +391,7 @@ def test_notes_tell_the_client_address() -> None:
 
 
 def test_config_changes_roll_the_head_only() -> None:
-    base, changed = render(), render({"config": {"default_prefetch": 8}})
+    base, changed = render(), render({"config": {"decode_timeout_s": 60.0}})
     key = "checksum/config"
     assert base.head["spec"]["template"]["metadata"]["annotations"][key] != \
         changed.head["spec"]["template"]["metadata"]["annotations"][key]
@@ -483,10 +483,9 @@ def test_the_local_copy_values_are_checked() -> None:
     assert off.local_copy_bytes == 0
 
 
-def test_the_direct_data_plane_mounts_the_tls_secret_on_decode_workers() -> None:
-    assert render({"config": {"data_plane": "direct"}}).config_map["SHARDSTREAM_DATA_PLANE"] == "direct"
-    for plane, mounted in (("direct", True), ("relay", False)):
-        decode = render({"config": {"data_plane": plane}, "tls": {"secretName": "shardstream-tls"}}).decode
+def test_decode_workers_mount_the_tls_secret_for_their_batch_servers() -> None:
+    for secret, mounted in (("shardstream-tls", True), ("", False)):
+        decode = render({"tls": {"secretName": secret}}).decode
         pod = decode["spec"]["template"]["spec"]
         volumes = {v["name"]: v for v in pod["volumes"]}
         mounts = {m["name"]: m for m in pod["containers"][0]["volumeMounts"]}
@@ -494,18 +493,16 @@ def test_the_direct_data_plane_mounts_the_tls_secret_on_decode_workers() -> None
         if mounted:
             assert volumes["tls"]["secret"]["secretName"] == "shardstream-tls"
             assert mounts["tls"]["mountPath"] == "/var/run/secrets/shardstream/tls" and mounts["tls"]["readOnly"]
-    with pytest.raises(helm.HelmValuesError):
-        render({"config": {"data_plane": "sideways"}})
+    with pytest.raises(helm.HelmValuesError):  # a removed option is refused, not ignored
+        render({"config": {"data_plane": "relay"}})
 
 
 def test_decode_workers_declare_their_data_ports_and_the_service_binds_them() -> None:
     rendered = render({"decode": {"cpus": 3, "dataPort": 53000}})  # 3 actors, 6 ports with spares
     loaded = ServiceConfig.load(environ=rendered.config_map)
-    assert loaded.batch_serving is not None and loaded.batch_serving.ports == range(53000, 53006)
+    assert loaded.batch_serving.ports == range(53000, 53006)
     ports = {p["name"]: p["containerPort"] for p in rendered.decode["spec"]["template"]["spec"]["containers"][0]["ports"]}
     assert {v for k, v in ports.items() if k.startswith("data-")} == set(range(53000, 53006))
-    relay = render({"config": {"data_plane": "relay"}}).decode["spec"]["template"]["spec"]["containers"][0]
-    assert [p["name"] for p in relay["ports"]] == ["raylet"]
     with pytest.raises(helm.HelmValuesError):
         render({"decode": {"dataPort": 80}})
 
@@ -527,5 +524,5 @@ def test_network_policies_let_clients_reach_the_grpc_and_data_ports_only() -> No
     assert head["ingress"][2] == {"from": monitoring, "ports": [{"port": 9090, "protocol": "TCP"}]}
     assert decode["ingress"][1] == {"from": clients,
                                     "ports": [{"port": 53000, "endPort": 53003, "protocol": "TCP"}]}
-    relay = render({"networkPolicy": {"enabled": True, "clients": clients}, "config": {"data_plane": "relay"}})
-    assert len(relay.get("NetworkPolicy", f"{FULLNAME}-decode")["spec"]["ingress"]) == 1  # Ray only
+    no_clients = render({"networkPolicy": {"enabled": True}})
+    assert len(no_clients.get("NetworkPolicy", f"{FULLNAME}-decode")["spec"]["ingress"]) == 1  # Ray only

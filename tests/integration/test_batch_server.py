@@ -26,8 +26,8 @@ N = sum(SHARDS)
 
 @pytest.fixture(scope="module")
 def service(local_ray: None) -> Iterator[tuple[Service, str]]:
-    """A service whose decode actors run batch servers (data_plane="direct"), two of them."""
-    running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5, data_plane="direct"))
+    """A service with two decode actors, each running its batch server."""
+    running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5))
     yield running, f"127.0.0.1:{port}"
     running.stop(grace=1.0)
 
@@ -138,11 +138,3 @@ def test_hundreds_of_concurrent_streams_on_one_actor(service: tuple[Service, str
     got = asyncio.run(run())
     oracle = [oracle_batches(N, 2, r, 3, True, 4, False, 0) for r in (0, 1)]
     assert got == [[oracle[i % 2][i % 4]] for i in range(streams)]
-
-
-def test_the_relay_runs_no_batch_servers(local_ray: None) -> None:
-    running, _ = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.5, data_plane="relay"))
-    try:
-        assert running.pool.batch_addresses() == [""]
-    finally:
-        running.stop(grace=1.0)

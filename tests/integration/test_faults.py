@@ -2,9 +2,8 @@
 
 A three-node `ray.cluster_utils.Cluster` (decode resources on two worker
 nodes plus one spare) and a slow transform so the epoch is long enough to
-break things in the middle of it. Each case runs on both data planes: direct
-(ranks fetch from the decode actors, and ask another for a lost one's steps)
-and relay (the service resubmits a lost actor's batches).
+break things in the middle of it. Ranks fetch from the decode actors, and ask
+the others for a lost one's steps.
 """
 
 from __future__ import annotations
@@ -42,28 +41,26 @@ def cluster() -> Iterator[Cluster]:
     cluster.shutdown()
 
 
-@pytest.fixture(params=["direct", "relay"])
-def service(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[tuple[Service, str]]:
+@pytest.fixture
+def service(cluster: Cluster) -> Iterator[tuple[Service, str]]:
     running, port = create_server(ServiceConfig(port=0, allowed_transform_modules=("tests.transforms",),
-                                                decode_timeout_s=60, data_plane=request.param))
+                                                decode_timeout_s=60))
     yield running, f"127.0.0.1:{port}"
     running.stop(grace=1.0)
 
 
 class Recovered:
-    """Whether work in flight really was redone elsewhere: the rank refetched a lost decoder's steps
-    (direct), or the service resubmitted a lost actor's batches (relay)."""
+    """Whether work in flight really was redone elsewhere: a rank asked other decoders for a lost
+    decoder's steps."""
 
-    def __init__(self, running: Service) -> None:
-        self.running, self.resubmitted, self.refetched = running, running.pool.resubmitted, 0
+    def __init__(self) -> None:
+        self.refetched = 0
 
     def add(self, loader: RemoteLoader) -> None:
         self.refetched += loader.stats.steps_refetched
 
     def __bool__(self) -> bool:
-        if self.running.config.data_plane == "direct":
-            return self.refetched > 0
-        return self.running.pool.resubmitted > self.resubmitted
+        return self.refetched > 0
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +102,7 @@ def test_actor_killed_mid_epoch(service: tuple[Service, str], dataset: str) -> N
         while running.pool.replaced_actors == before and time.monotonic() < deadline:
             time.sleep(0.05)
 
-    recovered = Recovered(running)
+    recovered = Recovered()
     for rank in range(WORLD):
         got = run_epoch_with_fault(address, dataset, rank, 3, kill_one_actor, recovered)
         assert got == oracle_batches(N, WORLD, rank, BATCH, True, 3, False, 1)
@@ -125,7 +122,7 @@ def test_actor_process_sigkilled_mid_epoch(service: tuple[Service, str], dataset
         _, actor = running.pool.ready_actors()[-1]
         os.kill(ray.get(actor.pid.remote(), timeout=30), signal.SIGKILL)
 
-    recovered = Recovered(running)
+    recovered = Recovered()
     got = run_epoch_with_fault(address, dataset, 0, 2, sigkill_one_actor, recovered)
     assert got == oracle_batches(N, WORLD, 0, BATCH, True, 3, False, 1)
     assert recovered
@@ -139,7 +136,7 @@ def test_actor_process_sigkilled_mid_epoch(service: tuple[Service, str], dataset
 def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Service, str], dataset: str,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Scaling out: a decode node that joins mid-epoch gets an actor, and the actor gets batches
-    (on the direct data plane, the rank learns of it within its refresh interval)."""
+    (the rank learns of it within its refresh interval)."""
     monkeypatch.setattr(fetcher, "DECODERS_REFRESH_S", 0.5)
     running, address = service
     added: list[object] = []
@@ -152,7 +149,7 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
         assert running.pool.size == 3, running.pool.status()
 
     try:
-        got = _one_rank_epoch(address, dataset, "scale-out", 4, {1: add_a_decode_node}, Recovered(running))
+        got = _one_rank_epoch(address, dataset, "scale-out", 4, {1: add_a_decode_node}, Recovered())
         assert got == oracle_batches(N, 1, 0, 2, True, 3, False, 0)
         new_node = added[0].node_id  # type: ignore[attr-defined]
         deadline = time.monotonic() + 10  # the actors report what they sent each second
@@ -176,7 +173,7 @@ def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], 
     def remove_a_decode_node() -> None:
         cluster.remove_node(spare)
 
-    recovered = Recovered(running)
+    recovered = Recovered()
     try:
         # The whole epoch (15 steps) in the window at once and 0.4 s per batch: when the node goes,
         # its decoder still holds steps (a window already full would leave it nothing in flight).
@@ -210,7 +207,7 @@ def test_decode_node_restarted_mid_epoch(cluster: Cluster, service: tuple[Servic
         nodes.append(cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE))
         _wait_for_pool(running, 3)
 
-    recovered = Recovered(running)
+    recovered = Recovered()
     try:
         got = _one_rank_epoch(address, dataset, "node-restart", 6, {2: removal.start, 20: node_back}, recovered,
                               delay_s=0.15)

@@ -13,12 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardstream.client import RemoteLoader
-from shardstream.proto import (
-    FETCH_BATCHES_METHOD,
-    PROTOCOL_VERSION,
-    SERVICE_NAME,
-    STREAM_BATCHES_METHOD,
-)
+from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION, SERVICE_NAME
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.server import Service
 from tests.datasets import oracle_batches, write_indexed
@@ -59,7 +54,7 @@ def unary(channel: grpc.Channel, method: str, payload: bytes) -> None:
         record(exc.code(), exc.details())
 
 
-def stream(channel: grpc.Channel, messages: list[bytes], method: str = STREAM_BATCHES_METHOD) -> None:
+def stream(channel: grpc.Channel, messages: list[bytes], method: str) -> None:
     call = channel.stream_stream(method, request_serializer=identity,
                                  response_deserializer=identity)(iter(messages), timeout=CALL_DEADLINE_S)
     try:
@@ -85,10 +80,6 @@ specs = st.builds(
     columns=st.lists(st.text(max_size=5), max_size=3),
     on_corrupt=st.sampled_from([0, 1, 7]),
 )
-opens = st.builds(pb.StreamBatchesRequest, protocol_version=st.sampled_from([0, PROTOCOL_VERSION, 99]),
-                  job_id=st.sampled_from(["", "nope"]) | st.just("TARGET"), epoch=st.integers(-2, 5),
-                  rank=st.integers(-2, 4), start_step=st.integers(-3, 50), prefetch=st.integers(-1, 100),
-                  window_bytes=st.integers(-1, 1 << 40))
 fetch_opens = st.builds(pb.FetchOpen, protocol_version=st.sampled_from([0, PROTOCOL_VERSION, 99]),
                         job_id=st.sampled_from(["", "nope"]) | st.just("TARGET"), epoch=st.integers(-2, 5),
                         rank=st.integers(-2, 4))
@@ -97,11 +88,6 @@ requests = st.one_of(
     st.tuples(st.just("GetStatus"), st.binary(max_size=16)),
     st.tuples(st.just("OpenJob"), st.builds(pb.OpenJobRequest, protocol_version=st.sampled_from([0, 1, 2]),
                                             job_name=st.text(max_size=8), spec=specs, rank=st.integers(-2, 10))),
-    st.tuples(st.just("Stream"), st.lists(st.binary(max_size=32), min_size=0, max_size=3)),
-    st.tuples(st.just("Stream"), st.lists(
-        st.one_of(st.builds(pb.StreamControl, open=opens),
-                  st.builds(pb.StreamControl, credit=st.builds(pb.Credit, consumed_step=st.integers(-5, 100)))),
-        min_size=1, max_size=3)),
     st.tuples(st.just("Fetch"), st.lists(st.binary(max_size=32), min_size=0, max_size=3)),
     st.tuples(st.just("Fetch"), st.lists(
         st.one_of(st.builds(pb.FetchControl, open=fetch_opens),
@@ -115,8 +101,6 @@ def send(channel: grpc.Channel, request: tuple[str, Any], decoder: grpc.Channel)
     method, body = request
     if method == "Fetch":  # a decode actor's batch server
         stream(decoder, _aimed(body), FETCH_BATCHES_METHOD)
-    elif method == "Stream":
-        stream(channel, _aimed(body))
     else:
         unary(channel, method, body if isinstance(body, bytes) else body.SerializeToString())
 

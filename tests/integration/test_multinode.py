@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 
@@ -56,7 +57,8 @@ def test_decode_actors_spread_over_decode_nodes(cluster: Cluster, tmp_path: obje
 
 @pytest.mark.slow
 def test_service_starts_before_decode_nodes_and_serves_once_they_join(tmp_path: object) -> None:
-    """As on Kubernetes: the head comes up first, decode workers join later."""
+    """As on Kubernetes: the head comes up first, decode workers join later. A rank that starts
+    before them waits for one (within reconnect_timeout), then gets its batches."""
     ray.shutdown()
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
     try:
@@ -66,18 +68,25 @@ def test_service_starts_before_decode_nodes_and_serves_once_they_join(tmp_path: 
             assert service.pool.size == 0
             data = f"{tmp_path}/data"
             write_indexed(data, [9])
-            loader = RemoteLoader(f"127.0.0.1:{port}", dataset=data, batch_size=4, world_size=1, rank=0)
+            oracle = oracle_batches(9, 1, 0, 4, True, 0, False, 0)
+            loader = RemoteLoader(f"127.0.0.1:{port}", dataset=data, batch_size=4, world_size=1, rank=0,
+                                  reconnect_timeout=3)
             started = time.monotonic()
-            with pytest.raises(ServiceUnavailable, match="no decode actor is alive"):
-                next(iter(loader))  # an empty pool is a typed error within the deadline, not a hang
+            with pytest.raises(ServiceUnavailable, match="lists no decoder"):
+                next(iter(loader))  # waiting for a decoder is bounded: a typed error, not a hang
             assert time.monotonic() - started < 30
+            waiting: list[list[list[int]]] = []  # a rank that starts before any decoder, and waits
+            patient = RemoteLoader(f"127.0.0.1:{port}", dataset=data, batch_size=4, world_size=1, rank=0,
+                                   job_name="patient")
+            waiter = threading.Thread(target=lambda: waiting.append([b["idx"].tolist() for b in patient]))
+            waiter.start()
             cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
-            deadline = time.monotonic() + 60  # the joining node's actor starts (seconds, on a busy machine)
-            while service.pool.size < 1 and time.monotonic() < deadline:
-                time.sleep(0.1)
+            waiter.join(timeout=120)  # the joining node's actor starts (seconds, on a busy machine)
+            assert waiting == [oracle]
             # the failed attempt handed out no batch, so iterating again retries epoch 0
-            assert [b["idx"].tolist() for b in loader] == oracle_batches(9, 1, 0, 4, True, 0, False, 0)
+            assert [b["idx"].tolist() for b in loader] == oracle
             loader.close()
+            patient.close()
         finally:
             service.stop(grace=1.0)
     finally:

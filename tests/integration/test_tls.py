@@ -125,7 +125,7 @@ def test_the_direct_data_plane_over_mutual_tls(local_ray: None, dataset: str, pk
     want the same client certificates. Clients connect to them by IP, so they name the certificate."""
     import grpc
 
-    running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25, data_plane="direct",
+    running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25,
                                                 tls_cert_file=pki.server_cert, tls_key_file=pki.server_key,
                                                 tls_client_ca_file=pki.ca))
     address = f"127.0.0.1:{port}"

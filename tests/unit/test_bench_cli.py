@@ -23,13 +23,11 @@ def test_quick_is_a_small_single_round() -> None:
 def test_options_override_the_preset() -> None:
     config = build_config(parse_args([
         "--quick", "--systems", "shardstream,dataloader", "--repetitions", "5", "--samples", "640",
-        "--step-ms", "10", "--no-transport", "--max-foreign-load", "0.5", "--retries", "0",
-        "--data-plane", "direct"]))
+        "--step-ms", "10", "--no-transport", "--max-foreign-load", "0.5", "--retries", "0"]))
     assert config.systems == ("shardstream", "dataloader")
     assert config.repetitions == 5 and config.workload.num_samples == 640
     assert config.step_ms == 10 and not config.run_transport
     assert config.max_foreign_load_cores == 0.5 and config.retries == 0
-    assert config.data_plane == "direct"
 
 
 @pytest.mark.parametrize("argv", [["--systems", "dataloader,pandas"], ["--repetitions", "0"],

@@ -74,13 +74,12 @@ def test_env_values_are_validated() -> None:
     ({"port": 65536}, "port"),
     ({"num_decoders": 0}, "num_decoders"),
     ({"decoder_cpus": 0}, "decoder_cpus"),
-    ({"default_prefetch": 0}, "default_prefetch"),
-    ({"default_prefetch": 65, "max_prefetch": 64}, "default_prefetch"),
     ({"decode_timeout_s": 0}, "decode_timeout_s"),
     ({"grpc_workers": 1}, "grpc_workers"),
     ({"max_abandoned_storage_calls": 0}, "max_abandoned_storage_calls"),
     ({"local_copy_bytes": -1}, "local_copy_bytes"),
-    ({"data_plane": "sideways"}, "data_plane"),
+    ({"data_ports": 0}, "data_ports"),
+    ({"data_port_base": 65530, "data_ports": 7}, "data_port_base"),
 ])
 def test_invalid_values_are_refused(overrides: dict[str, Any], needle: str) -> None:
     with pytest.raises(ValueError, match=needle):
@@ -88,9 +87,9 @@ def test_invalid_values_are_refused(overrides: dict[str, Any], needle: str) -> N
 
 
 @pytest.mark.parametrize("overrides", [
-    {"port": 0}, {"port": 65535}, {"num_decoders": 1}, {"default_prefetch": 64},
+    {"port": 0}, {"port": 65535}, {"num_decoders": 1},
     {"grpc_workers": 2}, {"max_abandoned_storage_calls": 1}, {"local_copy_bytes": 0},
-    {"data_plane": "direct"},
+    {"data_port_base": 65530, "data_ports": 6},
 ])
 def test_boundary_values_are_accepted(overrides: dict[str, Any]) -> None:
     cfg = ServiceConfig.load(overrides=overrides, environ={})

@@ -16,11 +16,9 @@ import grpc
 
 from shardstream.client.shutdown import track_channel, untrack_channel
 from shardstream.client.tls import TLS, open_channel
-from shardstream.proto import STREAM_BATCHES_METHOD
 from shardstream.proto.errors import ServiceUnavailable, ShardstreamError, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-from shardstream.proto.wire import parse_batch
 
 log = logging.getLogger(__name__)
 
@@ -32,10 +30,14 @@ CHANNEL_OPTIONS = [
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # A connection a network black-holes fails by a ping unanswered: one goes out after 30 s
+    # without one, and the connection is dropped 10 s later without its answer (keepalive_timeout_ms
+    # alone does not do it: the ping's own deadline is ping_timeout_ms, 60 s by default).
     ("grpc.keepalive_time_ms", 30_000),
     ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.http2.ping_timeout_ms", 10_000),
     # A fixed 1 MiB HTTP/2 window per stream instead of BDP probing, which grew it until gRPC
-    # buffered batches beyond the credit window in the training process (its RSS peak halved).
+    # buffered batches beyond the rank's window in the training process (its RSS peak halved).
     # 1 MiB still covers 10 GB/s at a 100 us round trip.
     ("grpc.http2.bdp_probe", 0),
     ("grpc.http2.lookahead_bytes", 1 << 20),
@@ -49,10 +51,6 @@ class ServiceConnection:
         self._channel = open_channel(address, tls, CHANNEL_OPTIONS)
         track_channel(self)
         self._stub = pb_grpc.LoaderStub(self._channel)
-        # Batches arrive hand-framed (wire.py) and are parsed without copying tensor data.
-        self.stream = self._channel.stream_stream(
-            STREAM_BATCHES_METHOD, request_serializer=pb.StreamControl.SerializeToString,
-            response_deserializer=parse_batch)
         try:
             self.wait_ready(connect_timeout)
         except ServiceUnavailable:

@@ -5,19 +5,21 @@ decoder, each with a thread that receives and converts batches to tensors
 (a view, or the one copy into pinned memory) off the training loop. The step
 scheduler (scheduler.py) decides which step each decoder is asked for:
 least-loaded, within the window in batches and bytes across all decoders.
-A decoder whose stream fails, or that holds steps and sends nothing for
-DECODER_STALL_S (a black-holed connection never fails by itself), has its
-steps asked of the others; a late answer from it is dropped, so every step
-reaches the loop once, in order.
+A decoder whose stream fails has its steps asked of the others; a late
+answer from it is dropped, so every step reaches the loop once, in order. A
+connection a network black-holes fails by the channel's keepalive (a ping
+unanswered: UNAVAILABLE within keepalive time + timeout, connection.py). A
+decoder that is merely busy (many ranks queue on it) answers pings from
+gRPC's own threads, so it keeps its steps: no timer here tells the two apart
+by silence, which would drop every decoder of a loaded cluster at once.
 Decoders that join mid-epoch (a decode node added) are picked up: every
 DECODERS_REFRESH_S the fetcher asks the service for the job's decoders again
 and opens streams to new ones. When every decoder has failed, the loader
 reopens the job (which lists the decoders alive now) and continues at its
 next step.
 
-Same interface as StreamPrefetcher: iterate for (header, tensors) in step
-order (asking for the next one returns the last one's room in the window),
-and close().
+Iterate for (header, tensors) in step order (asking for the next one returns
+the last one's room in the window), and close().
 """
 
 from __future__ import annotations
@@ -28,12 +30,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 import grpc
 import torch
 
 from shardstream.client.channels import DecoderChannels
-from shardstream.client.prefetcher import BatchHeader, Converted, until_none
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.client.stats import LoaderStats
@@ -50,13 +52,31 @@ from shardstream.proto.wire import BatchView, parse_batch
 
 log = logging.getLogger(__name__)
 
-# A decoder with steps outstanding that sends nothing for this long is dropped and its steps are
-# asked of the others: a connection a network black-holes never fails by itself. Slow decoders
-# still answer well within it (a batch takes well under a second to decode).
-DECODER_STALL_S = 30.0
-
 # How often a rank asks the service for its job's decoders, to draw on ones that joined.
 DECODERS_REFRESH_S = 10.0
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """What the loop checks of a batch; the message's bytes are dropped once converted."""
+
+    epoch: int
+    step: int
+    replaced_samples: int
+
+
+Converted = tuple[BatchHeader, dict[str, torch.Tensor]]
+
+T = TypeVar("T")
+
+
+def until_none(messages: queue.Queue[T | None]) -> Iterator[T]:
+    """A request stream fed from a queue; putting None ends it."""
+    while True:
+        message = messages.get()
+        if message is None:
+            return
+        yield message
 
 # Codes that mean "this decoder cannot serve now" (gone, restarting, not yet told of the job),
 # not "this request is wrong": its steps go to the other decoders.
@@ -105,7 +125,8 @@ class DirectPrefetcher:
                  channels: DecoderChannels, stats: LoaderStats | None = None,
                  list_decoders: Callable[[], Sequence[str]] | None = None) -> None:
         if not addresses:
-            raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from")
+            raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from (no decode "
+                                     "node has joined its Ray cluster yet, or its actors are still starting)")
         self._target = target
         self._stats = stats or LoaderStats()
         self._convert = convert
@@ -118,8 +139,6 @@ class DirectPrefetcher:
         self._error: BaseException | None = None
         self._closed = False
         self._senders: dict[str, _Sender] = {}
-        self._stall_s = min(DECODER_STALL_S, timeout_s / 2)
-        self._heard: dict[str, float] = {}  # sender -> when it last sent a batch or became busy
         self._channels = channels
         self._stop = threading.Event()
         self._last_failure = ""
@@ -169,7 +188,6 @@ class DirectPrefetcher:
                 nbytes = sum(t.numel() * t.element_size() for t in converted[1].values())
                 del view  # the tensors keep what they need of the message
                 with self._cond:
-                    self._heard[sender.address] = time.monotonic()
                     if self._scheduler.received(sender.address, converted[0].step, nbytes):
                         self._ready[converted[0].step] = converted
                         self._cond.notify_all()
@@ -194,7 +212,7 @@ class DirectPrefetcher:
     def _drop(self, address: str, why: str) -> None:
         """Give a failed decoder's steps to the others (holding the lock)."""
         if address not in self._scheduler.senders:
-            return  # dropped already (stalled, then its stream failed)
+            return  # dropped already
         lost = self._scheduler.failed(address)
         self._last_failure = f"{address}: {why}"
         self._stats.decoders_lost += 1
@@ -202,24 +220,10 @@ class DirectPrefetcher:
         log.warning("%s: decoder %s failed (%s); its steps %s go to the others", self._describe, address, why,
                     lost)
 
-    def _drop_stalled(self) -> None:
-        """Drop decoders that hold steps and have sent nothing for the stall time (holding the lock)."""
-        now = time.monotonic()
-        busy = set(self._scheduler.outstanding.values())
-        for address in [a for a in self._scheduler.senders if a in busy]:
-            if now - self._heard[str(address)] > self._stall_s:
-                self._drop(str(address), f"sent nothing for {self._stall_s:.0f} s with steps outstanding")
-                self._senders[str(address)].call.cancel()
-
     def _dispatch(self) -> None:
         """Ask decoders for what the window allows (holding the lock)."""
-        busy = set(self._scheduler.outstanding.values())
         for request in self._scheduler.requests():
-            address = str(request.sender)
-            if address not in busy:  # idle until now: the stall clock starts with this step
-                self._heard[address] = time.monotonic()
-                busy.add(address)
-            self._senders[address].want(request.step, request.max_bytes)
+            self._senders[str(request.sender)].want(request.step, request.max_bytes)
 
     def __iter__(self) -> Iterator[Converted]:
         handed: int | None = None
@@ -239,7 +243,6 @@ class DirectPrefetcher:
                         break
                     if self._scheduler.finished:
                         return
-                    self._drop_stalled()
                     if not self._scheduler.senders:
                         raise ServiceUnavailable(f"{self._describe}: every decoder it fetched from failed "
                                                  f"(the last: {self._last_failure})")

@@ -29,7 +29,6 @@ from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
-from shardstream.client.prefetcher import StreamPrefetcher
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import batch_to_tensors, pin_available
@@ -46,8 +45,8 @@ from shardstream.proto.v1 import loader_pb2 as pb
 log = logging.getLogger(__name__)
 
 _CORRUPT = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
-# The window in bytes when prefetch_bytes is not given: the relay's default (default_window_bytes)
-# is the service's; fetching from decoders directly, the client keeps the same one.
+# The window in bytes when prefetch_bytes is not given: batches received or in flight and not yet
+# consumed, across all of the rank's decoders.
 DEFAULT_WINDOW_BYTES = 512 * 2**20
 _LOADERS_CREATED = itertools.count()  # this process's loaders, in creation order (default_job_name)
 
@@ -64,10 +63,10 @@ class RemoteLoader:
         columns: the columns to load (default: all).
         rank, world_size: default to torch.distributed, else RANK/WORLD_SIZE, else 0/1.
         pin_memory: ``"auto"`` pins when CUDA is available; ``False`` never pins.
-        prefetch: batches fetched ahead of the training loop (and decoded ahead on the service),
+        prefetch: batches fetched ahead of the training loop (and decoded ahead on the decoders),
             counting the batch the loop is working on.
         prefetch_bytes: the most bytes of batches received or in flight and not yet consumed by
-            the loop (the memory prefetching may use); None takes the service's default.
+            the loop (the memory prefetching may use); None: 512 MiB.
         on_corrupt: ``"fail"`` (default) or ``"skip"`` (replace deterministically, count).
         job_name: ranks of one job share it. Default: the run (SHARDSTREAM_JOB_NAME, else torchrun's
             run id), this loader's place among the process's loaders, and the world size, so a
@@ -205,11 +204,14 @@ class RemoteLoader:
         resumed = time.perf_counter()  # the loop is blocked in next() from here until the yield
         stuck = _NoProgress(self.reconnect_timeout)
         while step < len(self):
-            prefetcher = self._open_stream(epoch, step)
-            received = iter(prefetcher)
+            prefetcher: DirectPrefetcher | None = None
             try:
+                # No decoder listed (decode nodes starting, the last one replaced) is retried as a
+                # failed link is: the job is reopened until one is, within reconnect_timeout.
+                prefetcher = self._open_stream(epoch, step)
+                received = iter(prefetcher)
                 while True:
-                    item = next(received, None)  # returns the last batch's credit (prefetcher.py)
+                    item = next(received, None)  # returns the last batch's room in the window
                     if item is None:
                         break
                     message, tensors = item
@@ -224,7 +226,7 @@ class RemoteLoader:
                     self.stats.add_batch(tensors)
                     self.stats.wait_seconds += time.perf_counter() - resumed
                     yield tensors
-                    del tensors  # dropped before its credit goes back with the next request
+                    del tensors  # dropped before its room in the window goes back with the next request
                     resumed = time.perf_counter()
             except (ServiceUnavailable, JobNotFound) as exc:
                 if isinstance(exc, ServiceUnavailable) and exc.from_service:
@@ -234,25 +236,22 @@ class RemoteLoader:
                                                        self.reconnect_timeout)
                 continue
             finally:
-                prefetcher.close()
+                if prefetcher is not None:
+                    prefetcher.close()
             if step != len(self):
                 raise ShardstreamError(f"job {self.job.job_id} rank {self.rank} epoch {epoch}: the stream "
                                        f"ended after {step} of {len(self)} batches")
         self.stats.wait_seconds += time.perf_counter() - resumed  # the stream's end, too
 
-    def _open_stream(self, epoch: int, start_step: int) -> StreamPrefetcher | DirectPrefetcher:
+    def _open_stream(self, epoch: int, start_step: int) -> DirectPrefetcher:
+        """Fetch this epoch's batches from the decoders themselves (docs/data-plane.md)."""
         describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
         convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
-        if self.job.batch_servers:  # the direct data plane: fetch from the decoders themselves
-            target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self))
-            self._decoder_channels.keep_only(self.job.batch_servers)
-            return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
-                                    self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
-                                    self._decoder_channels, self.stats, self._list_decoders)
-        request = pb.StreamBatchesRequest(protocol_version=PROTOCOL_VERSION, job_id=self.job.job_id,
-                                          epoch=epoch, rank=self.rank, start_step=start_step,
-                                          prefetch=self.prefetch, window_bytes=self.prefetch_bytes)
-        return StreamPrefetcher(self._connection.stream, request, convert, self.timeout, describe)
+        target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self))
+        self._decoder_channels.keep_only(self.job.batch_servers)
+        return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
+                                self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
+                                self._decoder_channels, self.stats, self._list_decoders)
 
     def _list_decoders(self) -> list[str]:
         """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined."""

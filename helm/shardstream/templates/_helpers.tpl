@@ -225,12 +225,12 @@ securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end }}
 
-{{/* "true" when decode workers need the TLS Secret too: the direct data plane's batch servers. */}}
+{{/* "true" when decode workers need the TLS Secret: their batch servers speak TLS too. */}}
 {{- define "shardstream.decodeTls" -}}
-{{- if and .Values.tls.secretName (eq (toString .Values.config.data_plane) "direct") }}true{{ end }}
+{{- if .Values.tls.secretName }}true{{ end }}
 {{- end }}
 
-{{/* Where the head (and, on the direct data plane, each decode worker) mounts the TLS Secret. */}}
+{{/* Where the head and each decode worker mount the TLS Secret. */}}
 {{- define "shardstream.tlsDir" -}}
 /var/run/secrets/shardstream/tls
 {{- end }}

@@ -7,12 +7,10 @@
 
 PROTOCOL_VERSION = 1
 SERVICE_NAME = "shardstream.v1.Loader"
-# StreamBatches is served and called with hand-framed Batch bytes (see wire.py),
-# so both sides name the method themselves instead of using the generated stub.
-STREAM_BATCHES_METHOD = f"/{SERVICE_NAME}/StreamBatches"
-# Each decode actor's own port (docs/data-plane.md), framed the same way.
+# Each decode actor's own port (docs/data-plane.md). FetchBatches is served and
+# called with hand-framed Batch bytes (see wire.py), so both sides name the
+# method themselves instead of using the generated stub.
 BATCH_SERVICE_NAME = "shardstream.v1.BatchServer"
 FETCH_BATCHES_METHOD = f"/{BATCH_SERVICE_NAME}/FetchBatches"
 
-__all__ = ["BATCH_SERVICE_NAME", "FETCH_BATCHES_METHOD", "PROTOCOL_VERSION", "SERVICE_NAME",
-           "STREAM_BATCHES_METHOD"]
+__all__ = ["BATCH_SERVICE_NAME", "FETCH_BATCHES_METHOD", "PROTOCOL_VERSION", "SERVICE_NAME"]

@@ -26,6 +26,8 @@ class DirectReport:
     reads: ReadCounters
     served: dict[str, JobServed]
     decode_seconds: list[float] = field(default_factory=list)  # each batch its server decoded
+    queued: int = 0  # steps its batch server has accepted and not yet sent, now
+    streaming: dict[str, set[int]] = field(default_factory=dict)  # job id -> ranks with a stream open now
 
 
 __all__ = ["DirectReport", "JobServed"]

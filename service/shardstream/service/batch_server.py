@@ -11,6 +11,7 @@ index crosses the wire.
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -49,6 +50,7 @@ class BatchServer:
         self._decode_timeout_s = settings.decode_timeout_s
         self._decode_step = decode_step
         self._on_sent = on_sent
+        self._open: collections.Counter[tuple[str, int]] = collections.Counter()  # (job, rank) -> streams
         self._decoder = ThreadPoolExecutor(1, thread_name_prefix="shardstream-batch-decode")
         self._loop = asyncio.new_event_loop()
         self._server: grpc.aio.Server | None = None
@@ -64,6 +66,14 @@ class BatchServer:
         self.address = f"{host}:{self.port}"
 
     port = 0
+    queued = 0  # steps accepted and being decoded or waiting to be (read by the actor's report)
+
+    def streaming(self) -> dict[str, set[int]]:
+        """job id -> the ranks with a FetchBatches stream open here now."""
+        ranks: dict[str, set[int]] = {}
+        for job_id, rank in list(self._open):
+            ranks.setdefault(job_id, set()).add(rank)
+        return ranks
 
     def _run(self, host: str, ports: Sequence[int], max_message_bytes: int, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
@@ -113,34 +123,50 @@ class BatchServer:
                 raise ProtocolMismatch(f"client speaks protocol version {opened.protocol_version}, this "
                                        f"decoder speaks {PROTOCOL_VERSION}: install matching shardstream versions")
             loop = asyncio.get_running_loop()
-            async for control in requests:
-                if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
-                    raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
-                want = control.want
-                try:
-                    decoded = await asyncio.wait_for(loop.run_in_executor(
-                        self._decoder, self._decode_step, opened.job_id, opened.epoch, opened.rank, want.step),
-                        self._decode_timeout_s)
-                except TimeoutError:
-                    raise DeadlineExceeded(
-                        f"decoding batch {want.step} of job {opened.job_id} (epoch {opened.epoch}, rank "
-                        f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
-                message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
-                                       decoded.replaced)
-                if want.max_bytes and len(message) > want.max_bytes:
-                    raise InvalidJobSpec(
-                        f"batch {want.step} is {len(message)} bytes, more than the {want.max_bytes} bytes "
-                        "the rank's window allows: raise the client's prefetch_bytes")
-                if self._on_sent is not None:
-                    self._on_sent(opened.job_id, opened.epoch, opened.rank, want.step, len(decoded.indices),
-                                  len(message))
-                yield message
+            stream = (opened.job_id, opened.rank)
+            self._open[stream] += 1
+            try:
+                async for message in self._serve(requests, opened, loop):
+                    yield message
+            finally:
+                self._open[stream] -= 1
+                if not self._open[stream]:
+                    del self._open[stream]
         except ShardstreamError as exc:
             context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
             await context.abort(exc.code, str(exc))
         except Exception as exc:
             log.exception("batch server: internal error")
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+
+    async def _serve(self, requests: AsyncIterator[Any], opened: pb.FetchOpen,
+                     loop: asyncio.AbstractEventLoop) -> AsyncIterator[bytes]:
+        """The batches of one opened stream, one per want, in the order asked."""
+        async for control in requests:
+            if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
+                raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
+            want = control.want
+            self.queued += 1
+            try:
+                decoded = await asyncio.wait_for(loop.run_in_executor(
+                    self._decoder, self._decode_step, opened.job_id, opened.epoch, opened.rank, want.step),
+                    self._decode_timeout_s)
+            except TimeoutError:
+                raise DeadlineExceeded(
+                    f"decoding batch {want.step} of job {opened.job_id} (epoch {opened.epoch}, rank "
+                    f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
+            finally:
+                self.queued -= 1
+            message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
+                                   decoded.replaced)
+            if want.max_bytes and len(message) > want.max_bytes:
+                raise InvalidJobSpec(
+                    f"batch {want.step} is {len(message)} bytes, more than the {want.max_bytes} bytes "
+                    "the rank's window allows: raise the client's prefetch_bytes")
+            if self._on_sent is not None:
+                self._on_sent(opened.job_id, opened.epoch, opened.rank, want.step, len(decoded.indices),
+                              len(message))
+            yield message
 
 
 def _describe_ports(host: str, ports: Sequence[int]) -> str:

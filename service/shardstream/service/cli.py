@@ -34,10 +34,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--allow-dataset-prefix", action="append", dest="allowed_dataset_prefixes",
                        metavar="URL", help="URL prefix clients' datasets must lie under (repeatable; "
                        "default: any)")
-    serve.add_argument("--prefetch", type=int, dest="default_prefetch", help="batches decoded ahead per stream")
-    serve.add_argument("--data-plane", choices=("relay", "direct"),
-                       help="direct (default): ranks fetch batches from the decode actors' own ports "
-                       "(docs/data-plane.md); relay: batches pass through this process")
     serve.add_argument("--data-port-base", type=int, help="decode actors' batch servers bind the first free "
                        "port from here (default 0: any free port)")
     serve.add_argument("--data-ports", type=int, help="how many ports from --data-port-base a node's decode "
@@ -88,9 +84,9 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     overrides = {k: getattr(args, k) for k in (
-        "host", "port", "ray_address", "num_decoders", "decoder_cpus", "default_prefetch",
+        "host", "port", "ray_address", "num_decoders", "decoder_cpus",
         "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir",
-        "local_copy_bytes", "data_plane", "data_port_base", "data_ports")}
+        "local_copy_bytes", "data_port_base", "data_ports")}
     for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
         if getattr(args, repeated):
             overrides[repeated] = tuple(getattr(args, repeated))
@@ -128,7 +124,7 @@ def _status(address: str, tls: TLS | None) -> int:
     for node in sorted(nodes | set(reads)):
         here = [d for d in status.decoder_status if d.node_id == node]
         lines.append(f"  node {node[:12]}: {len(here)} decoder(s), {sum(d.in_flight for d in here)} "
-                     f"batch(es) in flight, {sum(d.decoded for d in here)} decoded")
+                     f"step(s) queued, {sum(d.decoded for d in here)} sent")
         if node in reads:
             lines.append("    " + _reads_line(reads[node]))
     for job in status.jobs:

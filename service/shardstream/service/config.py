@@ -16,7 +16,7 @@ ENV_PREFIX = "SHARDSTREAM_"
 
 @dataclass(frozen=True)
 class ServeSettings:
-    """How a decode actor serves batches on the direct data plane (shipped to every actor)."""
+    """How a decode actor's batch server serves ranks (shipped to every actor)."""
 
     ports: range = range(0, 1)  # its batch server binds the first free one; port 0: any free port
     decode_timeout_s: float = 300.0  # a batch that takes longer ends its stream with DEADLINE_EXCEEDED
@@ -32,20 +32,16 @@ class ServiceConfig:
     decoder_cpus: float = 1.0
     allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
     allowed_dataset_prefixes: tuple[str, ...] = ()  # URL prefixes clients' datasets must lie under; () any
-    data_plane: str = "direct"  # "direct": ranks fetch from the decoders; "relay": batches via this process
     data_port_base: int = 0  # decode actors' batch servers bind the first free port from here; 0: any
     data_ports: int = 32  # ... among this many (data_port_base .. + data_ports - 1) on each node
-    default_prefetch: int = 4  # batches decoded ahead per stream
-    max_prefetch: int = 64
-    default_window_bytes: int = 512 * 2**20  # bytes sent and not yet consumed, per stream
     decode_timeout_s: float = 300.0  # deadline for one batch's decode
     row_group_cache_bytes: int = 256 * 2**20  # per decode actor, in memory
     local_copy_dir: str = ""  # per decode node: the row groups it read, on local disk; "": $TMPDIR/...
     local_copy_bytes: int = 64 * 2**30  # bound of that local copy; 0: off (misses read storage)
-    max_message_bytes: int = 1 << 30  # largest batch message sent
+    max_message_bytes: int = 1 << 30  # largest batch message a decode actor sends
     max_request_bytes: int = 16 << 20  # largest request accepted (RESOURCE_EXHAUSTED above)
     job_idle_ttl_s: float = 3600.0  # a job with no open stream for this long is forgotten
-    grpc_workers: int = 64  # concurrent RPCs, each stream holds one
+    grpc_workers: int = 64  # concurrent OpenJob, GetStatus and health calls (each returns at once)
     max_abandoned_storage_calls: int = 64  # storage calls still running past their RPC's deadline
     object_store_memory: int | None = None  # embedded Ray only
     metrics_port: int | None = None  # Prometheus /metrics over HTTP; None: off, 0: any free port
@@ -60,10 +56,6 @@ class ServiceConfig:
             raise ValueError(f"num_decoders must be >= 1, got {self.num_decoders}")
         if self.decoder_cpus <= 0:
             raise ValueError(f"decoder_cpus must be > 0, got {self.decoder_cpus}")
-        if not 1 <= self.default_prefetch <= self.max_prefetch:
-            raise ValueError("default_prefetch must be between 1 and max_prefetch")
-        if self.default_window_bytes <= 0:
-            raise ValueError("default_window_bytes must be > 0")
         if self.decode_timeout_s <= 0:
             raise ValueError("decode_timeout_s must be > 0")
         if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
@@ -78,8 +70,6 @@ class ServiceConfig:
             raise ValueError("tls_cert_file and tls_key_file go together: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
-        if self.data_plane not in ("relay", "direct"):
-            raise ValueError(f"data_plane must be 'relay' or 'direct', got {self.data_plane!r}")
         if not 0 <= self.data_port_base <= 65535 or self.data_ports < 1:
             raise ValueError("data_port_base must be 0..65535 and data_ports >= 1")
         if self.data_port_base and self.data_port_base + self.data_ports - 1 > 65535:
@@ -95,10 +85,8 @@ class ServiceConfig:
         return f"{self.host}:{self.port}"
 
     @property
-    def batch_serving(self) -> ServeSettings | None:
-        """How decode actors serve batches (the direct data plane); None on the relay."""
-        if self.data_plane != "direct":
-            return None
+    def batch_serving(self) -> ServeSettings:
+        """How decode actors serve batches to ranks."""
         ports = (range(self.data_port_base, self.data_port_base + self.data_ports) if self.data_port_base
                  else range(0, 1))
         return ServeSettings(ports, self.decode_timeout_s, self.max_message_bytes)

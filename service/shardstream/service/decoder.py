@@ -1,10 +1,10 @@
-"""The decode actor: a Ray actor that turns (job, epoch, indices) into batch arrays.
+"""The decode actor: a Ray actor that serves ranks their batches on its own port.
 
-Two ways out. `decode` returns a batch through Ray's object store to the
-`serve` process, which relays it (today's data path). `decode_step` serves
-the actor's own batch server (batch_server.py, docs/data-plane.md): a rank
-asks for (epoch, rank, step), the actor plans the step itself and sends the
-batch over its own port. Decoding is a pure function of its inputs, so a
+A rank asks the actor's batch server (batch_server.py, docs/data-plane.md)
+for (epoch, rank, step); the actor plans the step itself, reads and decodes
+its samples, and the batch goes out over that port: no batch byte passes
+through Ray or the `serve` process. Ray carries only the control calls
+(open_job, forget, report). Decoding is a pure function of its inputs, so a
 batch decoded again elsewhere is the same bytes.
 """
 
@@ -65,8 +65,7 @@ def _local_copy(settings: ReadSettings, counters: SharedReadCounters) -> LocalCo
 class DecodeWorker:
     """Process title: ``ray::DecodeWorker``. One per unit of `decode` resource."""
 
-    def __init__(self, settings: ReadSettings, serving: ServeSettings | None = None,
-                 tls: TlsFiles | None = None) -> None:
+    def __init__(self, settings: ReadSettings, serving: ServeSettings, tls: TlsFiles | None = None) -> None:
         keep_freed_memory()  # batch arrays reuse mapped heap memory (allocator.py)
         self._counters = SharedReadCounters()
         local = _local_copy(settings, self._counters) if settings.local_copy_bytes > 0 else None
@@ -77,11 +76,9 @@ class DecodeWorker:
         self._plans = PlanCache(PLANS_KEPT)
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
-        # The direct data plane's port; none on the relay.
-        self._batch_server = (BatchServer(self.decode_step, ray.util.get_node_ip_address(), serving,
-                                          on_sent=self._sent,
-                                          credentials=credentials_from(tls) if tls is not None else None)
-                              if serving is not None else None)
+        self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address(), serving,
+                                         on_sent=self._sent,
+                                         credentials=credentials_from(tls) if tls is not None else None)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
@@ -95,11 +92,6 @@ class DecodeWorker:
         with self._lock:
             self._jobs.setdefault(job_id, (job, reader, transform))
         log.info("decode worker opened job %s", job_id)
-
-    def decode(self, job_box: list[Any], epoch: int, indices: np.ndarray) -> DecodedBatch:
-        """The batch of these sample indices (the relay path: `serve` planned the step)."""
-        self.open_job(job_box)
-        return self._decode(job_box[0], epoch, indices)
 
     def decode_step(self, job_id: str, epoch: int, rank: int, step: int) -> DecodedBatch:
         """Step `step` of `rank` in `epoch`, planned here (the batch server's path)."""
@@ -129,11 +121,12 @@ class DecodeWorker:
         """What the batch server sent and its reads cost since the last call (the pool's probe)."""
         with self._lock:
             report, self._report = self._report, DirectReport(ReadCounters(), {})
+        report.queued, report.streaming = self._batch_server.queued, self._batch_server.streaming()
         return report
 
     def batch_address(self) -> str:
-        """host:port of this actor's batch server (FetchBatches); "" without one."""
-        return self._batch_server.address if self._batch_server is not None else ""
+        """host:port of this actor's batch server (FetchBatches)."""
+        return self._batch_server.address
 
     def _decode(self, job_id: str, epoch: int, indices: np.ndarray) -> DecodedBatch:
         with self._lock:

@@ -12,6 +12,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
@@ -19,15 +20,12 @@ from shardstream.service.access import DatasetAccess
 from shardstream.service.actor_report import JobServed
 from shardstream.service.batching import DecodeJob, check_job_schema
 from shardstream.service.dataset import DatasetIndex, index_dataset
-from shardstream.service.plan import EpochPlan, PlanCache, SamplingSpec
+from shardstream.service.plan import SamplingSpec
 from shardstream.service.rate import RateMeter
 from shardstream.service.spec import JobSpec
 from shardstream.service.transforms import build_transform
 
 log = logging.getLogger(__name__)
-
-PLANS_KEPT = 4
-
 
 @dataclass
 class JobCounters:
@@ -35,7 +33,6 @@ class JobCounters:
     samples_served: int = 0
     bytes_served: int = 0
     samples_replaced: int = 0
-    active_streams: int = 0
 
 
 @dataclass
@@ -50,11 +47,7 @@ class Job:
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
     last_active: float = field(default_factory=time.monotonic)
     throughput: RateMeter = field(default_factory=RateMeter)  # samples served per second
-    _plans: PlanCache = field(default_factory=lambda: PlanCache(PLANS_KEPT))
     _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def plan(self, epoch: int) -> EpochPlan:
-        return self._plans.get(self.sampling, epoch)
 
     def advance(self, rank: int, epoch: int, step: int) -> None:
         """Record that `rank` was served batch `step` of `epoch` (for lag metrics)."""
@@ -65,8 +58,7 @@ class Job:
         with self._lock:
             return dict(self._positions)
 
-    def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0,
-              streams: int = 0) -> None:
+    def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0) -> None:
         with self._lock:
             self.last_active = time.monotonic()
             c = self.counters
@@ -76,7 +68,6 @@ class Job:
                 self.throughput.add(samples)
             c.bytes_served += nbytes
             c.samples_replaced += replaced
-            c.active_streams += streams
 
 
 class JobRegistry:
@@ -133,11 +124,12 @@ class JobRegistry:
                            seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode)
 
-    def expire(self, idle_ttl_s: float) -> list[Job]:
-        """Forget jobs with no open stream for idle_ttl_s; clients reopen them on demand."""
+    def expire(self, idle_ttl_s: float, streaming: Collection[str] = ()) -> list[Job]:
+        """Forget jobs that sent nothing for idle_ttl_s and have no open stream (job ids in
+        `streaming`); clients reopen them on demand."""
         cutoff = time.monotonic() - idle_ttl_s
         with self._lock:
-            idle = [j for j in self._jobs.values() if j.counters.active_streams == 0 and j.last_active < cutoff]
+            idle = [j for j in self._jobs.values() if j.job_id not in streaming and j.last_active < cutoff]
             for job in idle:
                 del self._jobs[job.job_id]
                 if self._by_name.get(job.name) is job:

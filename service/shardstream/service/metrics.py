@@ -34,9 +34,6 @@ class ServiceMetrics:
         self.decode_seconds = Histogram(
             "shardstream_decode_seconds", "Time a decode actor spent producing one batch",
             buckets=LATENCY_BUCKETS, registry=self.prometheus)
-        self.wait_seconds = Histogram(
-            "shardstream_stream_wait_seconds", "Time a stream waited for its next decoded batch",
-            buckets=LATENCY_BUCKETS, registry=self.prometheus)
         self.errors = Counter(
             "shardstream_errors", "RPCs that ended in an error, by gRPC status code", ["code"],
             registry=self.prometheus)
@@ -45,12 +42,8 @@ class ServiceMetrics:
               registry=self.prometheus).set_function(lambda: storage_calls.abandoned)
         self.prometheus.register(_StateCollector(registry, pool))
 
-    def batch_taken(self, wait_s: float, decode_s: float) -> None:
-        self.wait_seconds.observe(wait_s)
-        self.decode_seconds.observe(decode_s)
-
     def batches_decoded(self, decode_s: list[float]) -> None:
-        """Decode times the actors' batch servers reported (the direct data plane)."""
+        """Decode times the actors' batch servers reported."""
         for seconds in decode_s:
             self.decode_seconds.observe(seconds)
 
@@ -77,7 +70,10 @@ class _StateCollector(Collector):
                 ("samples_replaced", "Corrupt samples replaced under on_corrupt=skip"),
             )
         }
-        streams = GaugeMetricFamily("shardstream_active_streams", "Open batch streams", labels=["job"])
+        streams = GaugeMetricFamily("shardstream_active_streams",
+                                    "Ranks with a batch stream open on a decoder, at the decoders' last report",
+                                    labels=["job"])
+        streaming = self.pool.streaming_ranks()
         position = GaugeMetricFamily("shardstream_rank_position_batches",
                                      "Batches served to a rank so far (epoch * batches_per_rank + step + 1)",
                                      labels=["job", "rank"])
@@ -87,7 +83,7 @@ class _StateCollector(Collector):
             c = job.counters
             for name, family in counters.items():
                 family.add_metric([job.name], getattr(c, name))
-            streams.add_metric([job.name], c.active_streams)
+            streams.add_metric([job.name], streaming.get(job.job_id, 0))
             positions = job.rank_positions()
             furthest = max(positions.values(), default=0)
             for rank, served in sorted(positions.items()):
@@ -99,7 +95,8 @@ class _StateCollector(Collector):
         decoders = GaugeMetricFamily("shardstream_decoders", "Decode actors in the pool")
         decoders.add_metric([], len(status))
         depth = GaugeMetricFamily("shardstream_decode_queue_depth",
-                                  "Batches submitted to decode actors and not yet taken, by node",
+                                  "Steps decode actors' batch servers were decoding or waiting to decode at "
+                                  "their last report, by node",
                                   labels=["node"])
         per_node: dict[str, int] = {}
         for node, in_flight, _decoded in status:
@@ -108,10 +105,7 @@ class _StateCollector(Collector):
             depth.add_metric([node], in_flight)
         lost = CounterMetricFamily("shardstream_decoders_lost", "Decode actors lost (killed, crashed, node gone)")
         lost.add_metric([], self.pool.replaced_actors)
-        resubmitted = CounterMetricFamily("shardstream_batches_resubmitted",
-                                          "Batches decoded again because their actor died under them")
-        resubmitted.add_metric([], self.pool.resubmitted)
-        yield from (decoders, depth, lost, resubmitted)
+        yield from (decoders, depth, lost)
         yield from self._reads()
 
     def _reads(self) -> Iterator[Metric]:

@@ -1,14 +1,16 @@
-"""The decode pool: decode actors that follow the cluster, least-loaded dispatch, failover.
+"""The decode pool: decode actors that follow the cluster, each serving ranks on its own port.
 
 Size: `num_decoders` when set, else one actor per unit of the cluster's
 `decode` resource, re-read every `reconcile_s`: when a node with `decode`
 resources joins, actors start there; when one leaves, its actors are dropped.
 
 Failover is the pool's, not Ray's (actors have no automatic restarts, which
-would park tasks on an actor that may never be placed again): when an actor
-dies (its process killed, its node lost), every batch it held is resubmitted
-to a live actor and a replacement is started. Decoding is pure, so a
-resubmitted batch is byte-identical, and the stream sends each step once.
+would park work on an actor that may never be placed again): when an actor
+dies (its process killed, its node lost) it stops being listed and a
+replacement starts. Ranks ask the surviving decoders for the lost one's steps
+(client/fetcher.py); decoding is pure, so a step decoded again is the same
+batch. Each actor's once-a-second report (what it sent, what reading cost) is
+also its liveness probe.
 """
 
 from __future__ import annotations
@@ -22,13 +24,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import RayActorError
 
-from shardstream.proto.errors import DeadlineExceeded, ServiceUnavailable
+from shardstream.proto.errors import ServiceUnavailable
 from shardstream.service.actor_report import DirectReport, JobServed
-from shardstream.service.batching import DecodedBatch, DecodeJob
+from shardstream.service.batching import DecodeJob
 from shardstream.service.config import ServeSettings
 from shardstream.service.decoder import DecodeWorker, ReadSettings
 from shardstream.service.read_counters import ReadCounters
@@ -50,23 +51,13 @@ class _Slot:
     actor: Any  # ActorHandle[DecodeWorker]
     probe: Any  # ObjectRef of the first ping: ready when the actor runs
     state: SlotState = SlotState.STARTING
-    in_flight: int = 0
+    queued: int = 0  # steps its batch server had accepted and not yet sent, at its last report
+    streaming: dict[str, set[int]] = dataclasses.field(default_factory=dict)  # job -> ranks, ditto
     decoded: int = 0
     node_id: str = ""
     batch_address: str = ""  # its batch server, host:port
     heartbeat: Any = None  # ObjectRef of the last liveness probe
     opening: dict[str, Any] | None = None  # job id -> its open_job call, while the actor starts
-
-
-@dataclass
-class Ticket:
-    """One batch submitted for decoding; enough to submit it again elsewhere."""
-
-    job_id: str
-    epoch: int
-    indices: np.ndarray
-    ref: Any
-    slot: _Slot
 
 
 class DecodePool:
@@ -84,7 +75,7 @@ class DecodePool:
             scheduling_strategy="SPREAD",
         )
         self._read_settings = read_settings
-        self._serving = serving  # each actor runs a batch server (the direct data plane)
+        self._serving = serving or ServeSettings()  # each actor's batch server: ports, deadline, size
         self._tls = tls  # ... speaking TLS with these files, which must be on every decode node
         self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
         self._slots: list[_Slot] = []
@@ -97,7 +88,6 @@ class DecodePool:
         self.on_served: Callable[[str, JobServed], None] = lambda _job_id, _served: None
         self.on_decoded: Callable[[list[float]], None] = lambda _seconds: None  # ... and how long each took
         self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
-        self.resubmitted = 0  # batches sent again because their actor died under them
         self._reconcile()
         self._watcher = threading.Thread(target=self._watch, args=(reconcile_s,), name="shardstream-pool",
                                          daemon=True)
@@ -190,6 +180,7 @@ class DecodePool:
                 return
             self._reads.setdefault(slot.node_id, ReadCounters()).add(report.reads)
             slot.decoded += sum(served.batches for served in report.served.values())
+            slot.queued, slot.streaming = report.queued, report.streaming
             for job_id, served in report.served.items():
                 self.on_served(job_id, served)
             self.on_decoded(report.decode_seconds)
@@ -197,7 +188,7 @@ class DecodePool:
 
     def _bury(self, slot: _Slot, why: str) -> None:
         if slot.state is not SlotState.DEAD:
-            log.warning("decode actor on node %s is gone (%s); its batches go to other actors",
+            log.warning("decode actor on node %s is gone (%s); ranks fetch its steps from the others",
                         slot.node_id[:12], why)
             slot.state = SlotState.DEAD
             self.replaced_actors += 1
@@ -238,9 +229,19 @@ class DecodePool:
             return sum(s.state is SlotState.READY for s in self._slots)
 
     def status(self) -> list[tuple[str, int, int]]:
-        """(node id, in-flight batches, batches decoded) of each ready decode actor."""
+        """(node id, steps queued at its last report, batches sent) of each ready decode actor."""
         with self._cond:
-            return [(s.node_id, s.in_flight, s.decoded) for s in self._slots if s.state is SlotState.READY]
+            return [(s.node_id, s.queued, s.decoded) for s in self._slots if s.state is SlotState.READY]
+
+    def streaming_ranks(self) -> dict[str, int]:
+        """job id -> how many of its ranks had a batch stream open on a live decoder at its last report."""
+        ranks: dict[str, set[int]] = {}
+        with self._cond:
+            for slot in self._slots:
+                if slot.state is SlotState.READY:
+                    for job_id, here in slot.streaming.items():
+                        ranks.setdefault(job_id, set()).update(here)
+        return {job_id: len(r) for job_id, r in ranks.items()}
 
     def reads_by_node(self) -> dict[str, ReadCounters]:
         """Storage bytes read and cache hits and misses, summed per node over every actor it ran."""
@@ -257,7 +258,7 @@ class DecodePool:
         with self._cond:
             return [(s.node_id, s.actor) for s in self._slots if s.state is SlotState.READY]
 
-    # ------------------------------------------------------------ work
+    # ------------------------------------------------------------ jobs
 
     def register(self, job: DecodeJob, timeout_s: float = 30.0) -> None:
         """Ship the job's descriptor to every actor (and to actors that start later), and wait until
@@ -289,56 +290,8 @@ class DecodePool:
         for actor in actors:
             actor.forget.remote(job_id)
 
-    def submit(self, job_id: str, epoch: int, indices: np.ndarray, timeout_s: float) -> Ticket:
-        """Send one batch to the least-loaded ready actor (waiting up to timeout_s for one)."""
-        deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                ready = [s for s in self._slots if s.state is SlotState.READY]
-                if ready:
-                    break
-                remaining = deadline - time.monotonic()
-                if remaining <= 0 or self._stopped.is_set():
-                    raise ServiceUnavailable(
-                        f"no decode actor is alive ({len(self._slots)} starting; the cluster offers "
-                        f"{self.desired()} '{DECODE_RESOURCE}' units) after waiting {timeout_s:.0f} s")
-                self._cond.wait(min(remaining, 0.5))
-            slot = min(ready, key=lambda s: s.in_flight)
-            slot.in_flight += 1
-            job_box = [job_id, self._job_refs[job_id]]
-        ref = slot.actor.decode.remote(job_box, epoch, indices)
-        return Ticket(job_id=job_id, epoch=epoch, indices=indices, ref=ref, slot=slot)
-
-    def take(self, ticket: Ticket, timeout_s: float) -> DecodedBatch:
-        """The decoded batch; resubmitted to another actor as often as actors die under it."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                result: DecodedBatch = ray.get(ticket.ref, timeout=max(deadline - time.monotonic(), 0.001))
-                with self._cond:
-                    ticket.slot.decoded += 1
-                    self._reads.setdefault(ticket.slot.node_id, ReadCounters()).add(result.reads)
-                return result
-            except GetTimeoutError:
-                raise DeadlineExceeded(f"a batch took longer than {timeout_s:.0f} s to decode") from None
-            except RayActorError as exc:
-                if self._stopped.is_set():
-                    raise ServiceUnavailable("the service is shutting down") from None
-                with self._cond:
-                    self._bury(ticket.slot, type(exc).__name__)
-                self._reconcile()
-                retry = self.submit(ticket.job_id, ticket.epoch, ticket.indices,
-                                    max(deadline - time.monotonic(), 0.001))
-                self.release(ticket)
-                ticket.ref, ticket.slot = retry.ref, retry.slot
-                self.resubmitted += 1
-
-    def release(self, ticket: Ticket) -> None:
-        with self._cond:
-            ticket.slot.in_flight -= 1
-
     def shutdown(self) -> None:
-        """Stop watching and kill the actors; batches still decoding end with ServiceUnavailable."""
+        """Stop watching and kill the actors (their ranks' streams end with UNAVAILABLE)."""
         self._stopped.set()
         self._watcher.join(timeout=5)
         with self._cond:
@@ -348,4 +301,4 @@ class DecodePool:
             self._cond.notify_all()
 
 
-__all__ = ["DECODE_RESOURCE", "DecodePool", "SlotState", "Ticket"]
+__all__ = ["DECODE_RESOURCE", "DecodePool", "SlotState"]

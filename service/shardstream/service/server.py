@@ -60,7 +60,7 @@ class Service:
     def _expire_idle_jobs(self) -> None:
         interval = min(60.0, self.config.job_idle_ttl_s / 4)
         while not self._stopped.wait(interval):
-            for job in self.registry.expire(self.config.job_idle_ttl_s):
+            for job in self.registry.expire(self.config.job_idle_ttl_s, self.pool.streaming_ranks()):
                 self.pool.forget(job.job_id)
 
     @property
@@ -79,9 +79,9 @@ class Service:
 
 
 def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
-    """The generated registration, except that StreamBatches yields pre-framed bytes (no
-    serializer) and requests that do not parse reach the servicer as MalformedRequest, so they
-    get INVALID_ARGUMENT with the parse error instead of gRPC's bare INTERNAL."""
+    """The generated registration, except that requests that do not parse reach the servicer as
+    MalformedRequest, so they get INVALID_ARGUMENT with the parse error instead of gRPC's bare
+    INTERNAL."""
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
         "OpenJob": grpc.unary_unary_rpc_method_handler(
             servicer.OpenJob, request_deserializer=lenient_parser(pb.OpenJobRequest),
@@ -89,9 +89,6 @@ def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
         "GetStatus": grpc.unary_unary_rpc_method_handler(
             servicer.GetStatus, request_deserializer=lenient_parser(pb.GetStatusRequest),
             response_serializer=pb.ServiceStatus.SerializeToString),
-        "StreamBatches": grpc.stream_stream_rpc_method_handler(
-            servicer.StreamBatches, request_deserializer=lenient_parser(pb.StreamControl),
-            response_serializer=None),
     })
 
 

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
@@ -30,14 +29,11 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
-from shardstream.service.credits import CreditWindow
 from shardstream.service.jobs import Job, JobRegistry
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
 from shardstream.service.read_counters import ReadCounters
-from shardstream.service.readahead import read_ahead
 from shardstream.service.spec import JobSpec
-from shardstream.service.streaming import check_stream, stream_batches
 
 log = logging.getLogger(__name__)
 
@@ -61,17 +57,6 @@ def unary_boundary(method: F) -> F:
             return method(self, request, context)
         except Exception as exc:
             return _abort(context, exc, self.metrics)
-
-    return wrapper  # type: ignore[return-value]
-
-
-def stream_boundary(method: F) -> F:
-    @functools.wraps(method)
-    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Iterator[Any]:
-        try:
-            yield from method(self, request, context)
-        except Exception as exc:
-            _abort(context, exc, self.metrics)
 
     return wrapper  # type: ignore[return-value]
 
@@ -135,71 +120,23 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             samples_per_rank=job.sampling.samples_per_rank,
             batches_per_rank=job.sampling.batches_per_rank,
             num_files=len(job.index.shards),
-            batch_servers=self.pool.batch_addresses() if self.config.data_plane == "direct" else [],
+            batch_servers=self.pool.batch_addresses(),
         )
 
     @unary_boundary
     def GetStatus(self, request: pb.GetStatusRequest, context: grpc.ServicerContext) -> pb.ServiceStatus:
         if isinstance(request, MalformedRequest):
             request.refuse()
+        streaming = self.pool.streaming_ranks()
         return pb.ServiceStatus(
             protocol_version=PROTOCOL_VERSION,
             decoders=self.pool.size,
-            jobs=[_job_status(job) for job in self.registry.all()],
+            jobs=[_job_status(job, streaming.get(job.job_id, 0)) for job in self.registry.all()],
             uptime_seconds=time.monotonic() - self.started,
             decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n, decoded=done)
                             for node, n, done in self.pool.status()],
             node_reads=[_node_reads(node, reads) for node, reads in sorted(self.pool.reads_by_node().items())],
         )
-
-    @stream_boundary
-    def StreamBatches(self, requests: Iterator[pb.StreamControl],
-                      context: grpc.ServicerContext) -> Iterator[bytes]:
-        """Yields serialized Batch messages (framed in wire.py); reads credits on a side thread."""
-        first = next(requests, None)
-        if isinstance(first, MalformedRequest):
-            first.refuse()
-        if first is None or first.WhichOneof("kind") != "open":
-            raise InvalidJobSpec("a batch stream must start with an 'open' message")
-        request = first.open
-        _check_version(request.protocol_version)
-        if request.prefetch < 0 or request.window_bytes < 0:
-            raise InvalidJobSpec(f"prefetch and window_bytes must be >= 0 (0: the service's default), got "
-                                 f"prefetch={request.prefetch} and window_bytes={request.window_bytes}")
-        job = self.registry.get(request.job_id)
-        check_stream(job, request.epoch, request.rank, request.start_step)
-        prefetch = min(request.prefetch or self.config.default_prefetch, self.config.max_prefetch)
-        window = CreditWindow(prefetch, request.window_bytes or self.config.default_window_bytes)
-        credits = threading.Thread(target=_read_credits, args=(requests, window, job, request),
-                                   name=f"shardstream-credits {job.job_id}/{request.rank}", daemon=True)
-        credits.start()
-        batches = stream_batches(job, self.pool, request.epoch, request.rank, request.start_step, prefetch,
-                                 window, self.config.decode_timeout_s, context.is_active, self.metrics)
-        try:
-            yield from read_ahead(batches, 2, context.is_active, f"shardstream-stream {job.job_id}/{request.rank}")
-        finally:
-            window.close()
-
-
-def _read_credits(requests: Iterator[pb.StreamControl], window: CreditWindow, job: Job,
-                  request: pb.StreamBatchesRequest) -> None:
-    """Credits return window room and mark the rank's progress; ends with the RPC."""
-    error: ShardstreamError | None = None
-    try:
-        for control in requests:
-            if isinstance(control, MalformedRequest):
-                error = InvalidJobSpec(f"malformed {control.message_type} on the stream: {control.error}")
-                break
-            kind = control.WhichOneof("kind")
-            if kind != "credit":
-                error = InvalidJobSpec(f"a batch stream takes one 'open' message, then credits; got {kind!r}")
-                break
-            window.consume_through(control.credit.consumed_step)
-            job.advance(request.rank, request.epoch, control.credit.consumed_step)
-    except grpc.RpcError:
-        pass  # the client went away; the stream notices through context.is_active()
-    finally:
-        window.close(error)
 
 
 def _node_reads(node: str, r: ReadCounters) -> pb.NodeReads:
@@ -208,14 +145,15 @@ def _node_reads(node: str, r: ReadCounters) -> pb.NodeReads:
                         disk_misses=r.disk_misses, disk_bytes=r.disk_bytes)
 
 
-def _job_status(job: Job) -> pb.JobStatus:
+def _job_status(job: Job, streaming: int) -> pb.JobStatus:
+    """`streaming`: how many of its ranks have a batch stream open on a decoder."""
     c = job.counters
     return pb.JobStatus(
         job_id=job.job_id, job_name=job.name, num_samples=job.index.num_rows,
         batches_per_rank=job.sampling.batches_per_rank, world_size=job.spec.world_size,
         batches_served=c.batches_served, samples_served=c.samples_served,
         bytes_served=c.bytes_served, samples_replaced=c.samples_replaced,
-        active_streams=c.active_streams, samples_per_second=job.throughput.per_second(),
+        active_streams=streaming, samples_per_second=job.throughput.per_second(),
     )
 
 

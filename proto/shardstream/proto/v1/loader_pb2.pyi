@@ -104,38 +104,6 @@ class OpenJobResponse(_message.Message):
     batch_servers: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., batch_servers: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class StreamBatchesRequest(_message.Message):
-    __slots__ = ("protocol_version", "job_id", "epoch", "rank", "start_step", "prefetch", "window_bytes")
-    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
-    JOB_ID_FIELD_NUMBER: _ClassVar[int]
-    EPOCH_FIELD_NUMBER: _ClassVar[int]
-    RANK_FIELD_NUMBER: _ClassVar[int]
-    START_STEP_FIELD_NUMBER: _ClassVar[int]
-    PREFETCH_FIELD_NUMBER: _ClassVar[int]
-    WINDOW_BYTES_FIELD_NUMBER: _ClassVar[int]
-    protocol_version: int
-    job_id: str
-    epoch: int
-    rank: int
-    start_step: int
-    prefetch: int
-    window_bytes: int
-    def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., start_step: _Optional[int] = ..., prefetch: _Optional[int] = ..., window_bytes: _Optional[int] = ...) -> None: ...
-
-class Credit(_message.Message):
-    __slots__ = ("consumed_step",)
-    CONSUMED_STEP_FIELD_NUMBER: _ClassVar[int]
-    consumed_step: int
-    def __init__(self, consumed_step: _Optional[int] = ...) -> None: ...
-
-class StreamControl(_message.Message):
-    __slots__ = ("open", "credit")
-    OPEN_FIELD_NUMBER: _ClassVar[int]
-    CREDIT_FIELD_NUMBER: _ClassVar[int]
-    open: StreamBatchesRequest
-    credit: Credit
-    def __init__(self, open: _Optional[_Union[StreamBatchesRequest, _Mapping]] = ..., credit: _Optional[_Union[Credit, _Mapping]] = ...) -> None: ...
-
 class Tensor(_message.Message):
     __slots__ = ("name", "dtype", "shape", "data")
     NAME_FIELD_NUMBER: _ClassVar[int]

@@ -44,11 +44,6 @@ class LoaderStub:
                 request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetStatusRequest.SerializeToString,
                 response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ServiceStatus.FromString,
                 _registered_method=True)
-        self.StreamBatches = channel.stream_stream(
-                '/shardstream.v1.Loader/StreamBatches',
-                request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamControl.SerializeToString,
-                response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.FromString,
-                _registered_method=True)
 
 
 class LoaderServicer:
@@ -70,16 +65,6 @@ class LoaderServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def StreamBatches(self, request_iterator, context):
-        """The batches of one rank in one epoch, in step order, from start_step.
-        The first client message opens the stream; later ones are credits: the
-        service keeps at most `prefetch` batches and `window_bytes` bytes sent
-        but not yet consumed by the training loop.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
 
 def add_LoaderServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -92,11 +77,6 @@ def add_LoaderServicer_to_server(servicer, server):
                     servicer.GetStatus,
                     request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetStatusRequest.FromString,
                     response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ServiceStatus.SerializeToString,
-            ),
-            'StreamBatches': grpc.stream_stream_rpc_method_handler(
-                    servicer.StreamBatches,
-                    request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamControl.FromString,
-                    response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -153,33 +133,6 @@ class Loader:
             '/shardstream.v1.Loader/GetStatus',
             shardstream_dot_proto_dot_v1_dot_loader__pb2.GetStatusRequest.SerializeToString,
             shardstream_dot_proto_dot_v1_dot_loader__pb2.ServiceStatus.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def StreamBatches(request_iterator,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.stream_stream(
-            request_iterator,
-            target,
-            '/shardstream.v1.Loader/StreamBatches',
-            shardstream_dot_proto_dot_v1_dot_loader__pb2.StreamControl.SerializeToString,
-            shardstream_dot_proto_dot_v1_dot_loader__pb2.Batch.FromString,
             options,
             channel_credentials,
             insecure,
