@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
+from shardstream.proto.wire import FrameHeader, encode_batch, parse_batch
 from shardstream.service.batching import DecodedBatch, DecodeJob, check_job_schema, decode_batch
 from shardstream.service.dataset import DatasetIndex, index_dataset
 from shardstream.service.transforms import SampleTransform, build_transform
@@ -122,3 +123,28 @@ def test_check_job_schema(columns_index: DatasetIndex, images_index: DatasetInde
         check_job_schema(images_index.schema, None)  # binary column without a transform
     with pytest.raises(InvalidJobSpec, match="image"):
         check_job_schema(columns_index.schema, image)
+
+
+def test_columns_decoded_with_their_header_come_framed_as_encode_batch_would_frame_them(
+        columns_index: DatasetIndex) -> None:
+    """The batch server's path: pre-decoded columns gathered straight into the message, the same
+    bytes encode_batch gives for the arrays decoded without a header."""
+    job, indices = _job(columns_index), np.array([10, 0, 7, 7, 3], dtype=np.int64)
+    reader = memory_reader(job.index)
+    plain = decode_batch(job, reader, None, 2, indices)
+    framed = decode_batch(job, reader, None, 2, indices, FrameHeader(2, 1, 5))
+    assert plain.message is None and framed.message is not None
+    assert framed.message == encode_batch(2, 1, 5, plain.arrays, plain.indices)
+    view = parse_batch(framed.message)
+    assert (view.epoch, view.rank, view.step) == (2, 1, 5)
+    for tensor in view.tensors:
+        np.testing.assert_array_equal(tensor.array(), plain.arrays[tensor.name])
+    assert framed.nbytes == plain.nbytes
+
+
+def test_a_transforms_batch_is_left_for_the_batch_server_to_frame(images_index: DatasetIndex) -> None:
+    job = _job(images_index, "image", IMAGE_ARGS)
+    reader = memory_reader(job.index)
+    built = build_transform(job.transform, job.transform_args, ())
+    batch = decode_batch(job, reader, built, 0, np.array([0, 1], dtype=np.int64), FrameHeader(0, 0, 0))
+    assert batch.message is None and batch.arrays["image"].shape == (2, 3, 16, 16)

@@ -8,7 +8,7 @@ import pytest
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
 from shardstream.service.reader import Piece
-from shardstream.service.transforms.columns import check_schema, gather_arrays
+from shardstream.service.transforms.columns import check_schema, column_specs, gather_arrays
 
 
 def column_to_array(name: str, column: pa.ChunkedArray) -> np.ndarray:
@@ -114,3 +114,32 @@ def test_check_schema_names_the_non_numeric_column(kind: pa.DataType) -> None:
     schema = pa.schema([("ok", pa.int64()), ("bad_col", kind)])
     with pytest.raises(InvalidJobSpec, match="'bad_col'"):
         check_schema(schema)
+
+
+@pytest.mark.parametrize("rows", [[0, 1, 2, 3], [0, 2, 1, 3], [3, 2, 1, 0], [1, 1, 2, 2]], ids=str)
+@pytest.mark.parametrize("width", [3, 5000], ids=["narrow", "wide"])
+def test_every_gather_path_puts_each_row_in_its_place(rows: list[int], width: int) -> None:
+    """A run of the batch from a run of the row group, from anywhere, and scattered positions
+    (row by row for wide rows, fancy indexing for narrow ones)."""
+    values = np.arange(4 * width, dtype=np.int32).reshape(4, width)
+    table = pa.table({"v": pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), width)})
+    contiguous = gather_arrays([Piece(table, np.array(rows), np.arange(4))], 4)["v"]
+    np.testing.assert_array_equal(contiguous, values[rows])
+    other = pa.table({"v": pa.FixedSizeListArray.from_arrays(pa.array(-values.reshape(-1)), width)})
+    at, rest = np.array([0, 2, 5, 7]), np.array([1, 3, 4, 6])
+    scattered = gather_arrays([Piece(table, np.array(rows), at), Piece(other, np.arange(4), rest)], 8)["v"]
+    np.testing.assert_array_equal(scattered[at], values[rows])
+    np.testing.assert_array_equal(scattered[rest], -values)
+
+
+def test_columns_are_gathered_into_the_arrays_given() -> None:
+    table = pa.table({"v": pa.FixedSizeListArray.from_arrays(pa.array(np.arange(6, dtype=np.uint8)), 2),
+                      "s": pa.array([1.5, 2.5, 3.5])})
+    pieces = [Piece(table, np.array([2, 0]), np.array([0, 1]))]
+    specs = column_specs(pieces, 2)
+    assert [(s.name, s.dtype, s.shape) for s in specs] == [("v", np.uint8, (2, 2)), ("s", np.float64, (2,))]
+    out = {s.name: np.zeros(s.shape, dtype=s.dtype) for s in specs}
+    arrays = gather_arrays(pieces, 2, out=out)
+    assert all(arrays[name] is out[name] for name in out)
+    np.testing.assert_array_equal(out["v"], [[4, 5], [0, 1]])
+    np.testing.assert_array_equal(out["s"], [3.5, 1.5])

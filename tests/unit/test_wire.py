@@ -10,7 +10,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import WIRE_DTYPES, WireError, encode_batch, parse_batch
+from shardstream.proto.wire import (
+    WIRE_DTYPES,
+    BatchFrame,
+    FrameHeader,
+    TensorSpec,
+    WireError,
+    encode_batch,
+    parse_batch,
+)
+from shardstream.proto.writable_bytes import writable_bytes
 
 SHAPES = [(), (0,), (5,), (2, 3), (3, 0, 2), (2, 1, 4, 3)]
 
@@ -135,3 +144,51 @@ def test_truncated_message_is_refused(cut: int) -> None:
     raw = encode_batch(1, 0, 2, {"t": np.arange(10, dtype=np.int64)}, np.arange(4))
     with pytest.raises(WireError):
         parse_batch(raw[:-cut])
+
+
+@pytest.mark.parametrize("dtype", WIRE_DTYPES)
+@pytest.mark.parametrize("shape", SHAPES, ids=str)
+def test_a_frame_filled_in_place_is_the_message_encode_batch_gives(dtype: str, shape: tuple[int, ...]) -> None:
+    array, labels, indices = _values(dtype, shape), np.arange(3), np.array([7, 2**40, 0])
+    frame = BatchFrame(FrameHeader(3, 1, 9), [TensorSpec("t", array.dtype, array.shape),
+                                               TensorSpec("label", labels.dtype, labels.shape)], indices, 2)
+    frame.arrays["t"][...] = array
+    frame.arrays["label"][...] = labels
+    assert frame.message == encode_batch(3, 1, 9, {"t": array, "label": labels}, indices, 2)
+    message = pb.Batch.FromString(frame.message)
+    assert (message.epoch, message.rank, message.step, message.replaced_samples) == (3, 1, 9, 2)
+    assert message.tensors[0].data == array.tobytes() and message.tensors[1].name == "label"
+
+
+def test_a_frame_of_big_endian_columns_travels_little_endian() -> None:
+    frame = BatchFrame(FrameHeader(0, 0, 0), [TensorSpec("t", np.dtype(">i4"), (2, 3))], np.array([], np.int64))
+    frame.arrays["t"][...] = np.arange(6).reshape(2, 3)
+    assert pb.Batch.FromString(frame.message).tensors[0].data == np.arange(6, dtype="<i4").tobytes()
+
+
+def test_a_frame_refuses_dtypes_that_cannot_travel_and_repeated_names() -> None:
+    with pytest.raises(TypeError, match="'bad'"):
+        BatchFrame(FrameHeader(0, 0, 0), [TensorSpec("bad", np.dtype(np.uint32), (2,))], np.array([], np.int64))
+    with pytest.raises(ValueError, match="repeat"):
+        BatchFrame(FrameHeader(0, 0, 0), [TensorSpec("t", np.dtype(np.uint8), (2,))] * 2, np.array([], np.int64))
+
+
+def test_a_frames_arrays_keep_its_message_alive_and_write_into_it() -> None:
+    frame = BatchFrame(FrameHeader(0, 0, 1), [TensorSpec("t", np.dtype(np.int64), (4,))], np.array([], np.int64))
+    view, message = frame.arrays["t"], frame.message
+    del frame
+    view[...] = [5, 6, 7, 8]
+    assert parse_batch(message).tensors[0].array().tolist() == [5, 6, 7, 8]
+    del message
+    view[0] = 9  # the array still owns a live buffer (would crash or corrupt memory otherwise)
+    assert view.tolist() == [9, 6, 7, 8]
+
+
+@pytest.mark.parametrize("size", [0, 1, 2, 1 << 20])
+def test_writable_bytes_are_new_objects_of_that_size(size: int) -> None:
+    data, view = writable_bytes(size)
+    assert isinstance(data, bytes) and len(data) == size and view.shape == (size,) and view.flags.writeable
+    view[...] = 7
+    assert data == bytes([7]) * size
+    if size == 1:
+        assert data is not bytes([7])  # never one of the interpreter's shared one-byte objects

@@ -4,8 +4,11 @@ The bytes are exactly what any protobuf library reads as a ``Batch`` message
 (a conformance test checks both directions against the official runtime), but
 they are built and read without a protobuf object in between:
 
-- ``encode_batch`` joins small headers with the arrays' own buffers: one copy,
-  straight from Ray's shared memory into the message, no ``tobytes`` and no
+- ``BatchFrame`` allocates a whole message first, writes its headers and hands
+  out a writable array over each tensor's data, so a decode actor gathers the
+  batch straight into the bytes gRPC sends: the collate is the only copy;
+- ``encode_batch`` frames arrays that exist already (a transform's collated
+  output): one copy into the message, no ``tobytes`` and no
   ``SerializeToString`` pass over the payload;
 - ``parse_batch`` walks the fields and returns each tensor's data as a
   ``memoryview`` into the received bytes: zero copies, so the client makes its
@@ -16,10 +19,12 @@ No pickle anywhere: a tensor is (name, dtype, shape, raw little-endian bytes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from shardstream.proto.writable_bytes import writable_bytes
 
 # numpy dtype names that travel; the client maps each to the torch dtype of the same layout.
 WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
@@ -92,32 +97,107 @@ def _packed(values: np.ndarray | list[int]) -> bytes:
     return b"".join(_varint(int(v)) for v in values)
 
 
+def _tensor_head(name: str, dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> bytes:
+    """Everything of one ``tensors`` entry of a Batch up to its data bytes."""
+    head = _len_field(_TENSOR_NAME, name.encode()) + _len_field(_TENSOR_DTYPE, dtype.name.encode())
+    if shape:
+        head += _len_field(_TENSOR_SHAPE, _packed(list(shape)))
+    data_head = _key(_TENSOR_DATA, _LEN) + _varint(nbytes) if nbytes else b""
+    body_len = len(head) + len(data_head) + nbytes
+    return _key(_BATCH_TENSORS, _LEN) + _varint(body_len) + head + data_head
+
+
+def _header(epoch: int, rank: int, step: int) -> bytes:
+    return _int_field(_BATCH_EPOCH, epoch) + _int_field(_BATCH_RANK, rank) + _int_field(_BATCH_STEP, step)
+
+
+def _trailer(sample_indices: np.ndarray, replaced_samples: int) -> bytes:
+    indices = b""
+    if len(sample_indices):
+        indices = _len_field(_BATCH_INDICES, _packed(np.asarray(sample_indices, dtype=np.int64)))
+    return indices + _int_field(_BATCH_REPLACED, replaced_samples)
+
+
+def _wire_dtype(name: str, dtype: np.dtype) -> np.dtype:
+    """The little-endian dtype a column travels as; TypeError for one that cannot travel."""
+    if dtype.name not in WIRE_DTYPES:
+        raise TypeError(f"column {name!r} has dtype {dtype}, which cannot travel as a tensor")
+    return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
+
+
 def encode_batch(epoch: int, rank: int, step: int, arrays: Mapping[str, np.ndarray],
                  sample_indices: np.ndarray, replaced_samples: int = 0) -> bytes:
     """A serialized ``Batch``; array buffers are joined in without an intermediate copy."""
-    parts: list[bytes | memoryview] = [
-        _int_field(_BATCH_EPOCH, epoch), _int_field(_BATCH_RANK, rank), _int_field(_BATCH_STEP, step)]
+    parts: list[bytes | memoryview] = [_header(epoch, rank, step)]
     for name, array in arrays.items():
-        if array.dtype.name not in WIRE_DTYPES:
-            raise TypeError(f"column {name!r} has dtype {array.dtype}, which cannot travel as a tensor")
-        if array.dtype.byteorder == ">":
-            array = array.astype(array.dtype.newbyteorder("<"))
+        dtype = _wire_dtype(name, array.dtype)
+        if dtype != array.dtype:
+            array = array.astype(dtype)
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
-        head = _len_field(_TENSOR_NAME, name.encode()) + _len_field(_TENSOR_DTYPE, array.dtype.name.encode())
-        if array.shape:
-            head += _len_field(_TENSOR_SHAPE, _packed(list(array.shape)))
         data = memoryview(array).cast("B") if array.size else memoryview(b"")  # type: ignore[arg-type]
-        if len(data):
-            data_head = _key(_TENSOR_DATA, _LEN) + _varint(len(data))
-        else:
-            data_head = b""
-        body_len = len(head) + len(data_head) + len(data)
-        parts += [_key(_BATCH_TENSORS, _LEN), _varint(body_len), head, data_head, data]
-    if len(sample_indices):
-        parts.append(_len_field(_BATCH_INDICES, _packed(np.asarray(sample_indices, dtype=np.int64))))
-    parts.append(_int_field(_BATCH_REPLACED, replaced_samples))
+        parts += [_tensor_head(name, dtype, array.shape, len(data)), data]
+    parts.append(_trailer(sample_indices, replaced_samples))
     return b"".join(parts)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """A tensor of a batch before its values exist."""
+
+    name: str
+    dtype: np.dtype
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+
+
+@dataclass(frozen=True)
+class FrameHeader:
+    """Which batch a message carries: a rank's step of an epoch."""
+
+    epoch: int
+    rank: int
+    step: int
+
+
+class BatchFrame:
+    """A serialized ``Batch`` allocated whole before its tensors are filled.
+
+    ``arrays`` holds a writable array over each tensor's data inside
+    ``message``; once every one is filled (and dropped), ``message`` is the
+    same bytes ``encode_batch`` would give for those values, ready to send.
+    The data of a tensor starts wherever its header ends: not aligned for its
+    dtype in general, which numpy handles on either side.
+    """
+
+    def __init__(self, header: FrameHeader, tensors: Sequence[TensorSpec], sample_indices: np.ndarray,
+                 replaced_samples: int = 0) -> None:
+        heads, specs = [], []
+        for spec in tensors:
+            spec = TensorSpec(spec.name, _wire_dtype(spec.name, np.dtype(spec.dtype)), tuple(spec.shape))
+            heads.append(_tensor_head(spec.name, spec.dtype, spec.shape, spec.nbytes))
+            specs.append(spec)
+        if len({spec.name for spec in specs}) != len(specs):
+            raise ValueError(f"tensor names repeat: {[spec.name for spec in specs]}")
+        first, last = _header(header.epoch, header.rank, header.step), _trailer(sample_indices, replaced_samples)
+        size = len(first) + sum(len(h) + spec.nbytes for h, spec in zip(heads, specs, strict=True)) + len(last)
+        self.message, whole = writable_bytes(size)
+        self.arrays: dict[str, np.ndarray] = {}
+        position = _put(whole, 0, first)
+        for head, spec in zip(heads, specs, strict=True):
+            position = _put(whole, position, head)
+            data = whole[position : position + spec.nbytes]
+            self.arrays[spec.name] = data.view(spec.dtype).reshape(spec.shape)
+            position += spec.nbytes
+        _put(whole, position, last)
+
+
+def _put(whole: np.ndarray, position: int, part: bytes) -> int:
+    whole[position : position + len(part)] = np.frombuffer(part, dtype=np.uint8)
+    return position + len(part)
 
 
 # ---------------------------------------------------------------- parsing
@@ -210,4 +290,5 @@ def parse_batch(message: bytes) -> BatchView:
                      replaced_samples=ints[_BATCH_REPLACED], nbytes=len(buf))
 
 
-__all__ = ["WIRE_DTYPES", "BatchView", "TensorView", "WireError", "encode_batch", "parse_batch"]
+__all__ = ["WIRE_DTYPES", "BatchFrame", "BatchView", "FrameHeader", "TensorSpec", "TensorView", "WireError",
+           "encode_batch", "parse_batch"]

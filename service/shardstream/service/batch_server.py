@@ -157,8 +157,10 @@ class BatchServer:
                     f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
             finally:
                 self.queued -= 1
-            message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
-                                   decoded.replaced)
+            message = decoded.message  # framed where it was decoded: no copy here
+            if message is None:
+                message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
+                                       decoded.replaced)
             if want.max_bytes and len(message) > want.max_bytes:
                 raise InvalidJobSpec(
                     f"batch {want.step} is {len(message)} bytes, more than the {want.max_bytes} bytes "

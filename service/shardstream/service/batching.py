@@ -4,6 +4,11 @@ Pure given its inputs: the same (job, epoch, indices) yields the same arrays
 on any actor. Corrupt samples either fail the batch naming file and row, or
 are replaced by the next readable sample in global order (deterministic) and
 counted.
+
+Given the message header (the batch server's path), pre-decoded columns are
+gathered straight into the message that is sent (wire.BatchFrame): the
+gather is the batch's only copy before gRPC's. A transform's collated arrays
+are framed by the batch server, with one copy.
 """
 
 from __future__ import annotations
@@ -15,12 +20,13 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
+from shardstream.proto.wire import BatchFrame, FrameHeader
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.read_counters import ReadCounters
 from shardstream.service.reader import ShardReader
 from shardstream.service.transforms import SampleTransform, collate, sample_rng
-from shardstream.service.transforms.columns import gather_arrays
+from shardstream.service.transforms.columns import column_specs, gather_arrays
 
 MAX_REPLACEMENT_TRIES = 64
 
@@ -47,6 +53,7 @@ class DecodedBatch:
     replaced: int = 0
     decode_seconds: float = 0.0
     reads: ReadCounters = field(default_factory=ReadCounters)  # what reading it cost the actor
+    message: bytes | None = None  # the serialized Batch when columns were gathered into it; `arrays` view it
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,10 +61,16 @@ class DecodedBatch:
 
 
 def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform | None,
-                 epoch: int, indices: np.ndarray) -> DecodedBatch:
+                 epoch: int, indices: np.ndarray, header: FrameHeader | None = None) -> DecodedBatch:
+    """The batch of these sample indices; pre-decoded columns come framed as the message of `header`
+    when it is given."""
     if transform is None:
-        arrays = gather_arrays(reader.pieces(indices), len(indices))
-        return DecodedBatch(arrays=arrays, indices=np.asarray(indices))
+        pieces = reader.pieces(indices)
+        if header is None:
+            return DecodedBatch(arrays=gather_arrays(pieces, len(indices)), indices=np.asarray(indices))
+        frame = BatchFrame(header, column_specs(pieces, len(indices)), np.asarray(indices))
+        return DecodedBatch(arrays=gather_arrays(pieces, len(indices), out=frame.arrays),
+                            indices=np.asarray(indices), message=frame.message)
     table = reader.read(indices)
     samples: list[dict[str, Any]] = []
     used = np.array(indices, dtype=np.int64, copy=True)

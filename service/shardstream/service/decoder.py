@@ -22,6 +22,7 @@ import numpy as np
 import ray
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound
+from shardstream.proto.wire import FrameHeader
 from shardstream.service.actor_report import DirectReport, JobServed
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.batch_server import BatchServer
@@ -103,7 +104,8 @@ class DecodeWorker:
         if job.sampling is None:
             raise InvalidJobSpec(f"job {job_id!r} carries no sampling spec to plan its steps with")
         check_step(job.sampling, epoch, rank, step)
-        batch = self._decode(job_id, epoch, self._plans.get(job.sampling, epoch, job_id).batch_indices(rank, step))
+        batch = self._decode(job_id, epoch, self._plans.get(job.sampling, epoch, job_id).batch_indices(rank, step),
+                             FrameHeader(epoch, rank, step))
         with self._lock:
             self._report.reads.add(batch.reads)
             self._report.decode_seconds.append(batch.decode_seconds)
@@ -128,11 +130,12 @@ class DecodeWorker:
         """host:port of this actor's batch server (FetchBatches)."""
         return self._batch_server.address
 
-    def _decode(self, job_id: str, epoch: int, indices: np.ndarray) -> DecodedBatch:
+    def _decode(self, job_id: str, epoch: int, indices: np.ndarray,
+                header: FrameHeader | None = None) -> DecodedBatch:
         with self._lock:
             job, reader, transform = self._jobs[job_id]
         started = time.perf_counter()
-        batch = decode_batch(job, reader, transform, epoch, indices)
+        batch = decode_batch(job, reader, transform, epoch, indices, header)  # columns come framed to send
         batch.decode_seconds = time.perf_counter() - started
         batch.reads = self._counters.take_delta()
         return batch

@@ -4,20 +4,23 @@ Scalar columns become [B] arrays and fixed-size list columns [B, k], keeping
 the column's dtype. Nulls are refused: a tensor has no place for them.
 
 Each cached row group is viewed as a numpy array without copying, and the
-batch's rows are gathered straight into one preallocated array per column:
-a single copy of every byte on its way to the object store.
+batch's rows are gathered straight into one array per column: a single copy
+of every byte. On the batch server's path those arrays are the tensors' places
+in the message that is sent (wire.BatchFrame), so that copy is the only one
+before gRPC's.
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
+from shardstream.proto.wire import TensorSpec
 from shardstream.service.reader import Piece
 from shardstream.service.transforms.base import check_tensor_column
 
@@ -27,24 +30,29 @@ def check_schema(schema: pa.Schema) -> None:
         check_tensor_column(field)
 
 
-def gather_arrays(pieces: Sequence[Piece], count: int) -> dict[str, np.ndarray]:
-    """The batch of `count` rows that `pieces` describe, one array per column, in column order."""
+def column_specs(pieces: Sequence[Piece], count: int) -> list[TensorSpec]:
+    """The arrays `gather_arrays` makes of these pieces, before making them."""
     if not pieces:
         raise ValueError("a batch needs at least one row")
-    out: dict[str, np.ndarray] = {}
-    for name in pieces[0].table.column_names:
-        batch: np.ndarray | None = None
+    views = _column_views(pieces[0].table)
+    return [TensorSpec(name, source.dtype, (count, *source.shape[1:])) for name, (source, _) in views.items()]
+
+
+def gather_arrays(pieces: Sequence[Piece], count: int,
+                  out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """The batch of `count` rows that `pieces` describe, one array per column, in column order:
+    written into `out` (arrays shaped as `column_specs` says) when given, else new arrays."""
+    specs = column_specs(pieces, count)
+    arrays = dict(out) if out is not None else {s.name: np.empty(s.shape, dtype=s.dtype) for s in specs}
+    for spec in specs:
+        batch = arrays[spec.name]
         for piece in pieces:
-            source, nulls = _column_views(piece.table)[name]
+            source, nulls = _column_views(piece.table)[spec.name]
             if nulls is not None and nulls[piece.rows].any():
                 raise CorruptSample(
-                    f"column {name!r} has {int(nulls[piece.rows].sum())} null value(s) in this batch")
-            if batch is None:
-                batch = np.empty((count, *source.shape[1:]), dtype=source.dtype)
+                    f"column {spec.name!r} has {int(nulls[piece.rows].sum())} null value(s) in this batch")
             _gather_into(batch, source, piece.rows, piece.at)
-        assert batch is not None
-        out[name] = batch
-    return out
+    return {spec.name: arrays[spec.name] for spec in specs}
 
 
 # id(row group table) -> (a weak reference to it, its columns' views). A shuffled batch takes a row
@@ -103,11 +111,26 @@ def _null_rows(array: pa.Array) -> np.ndarray | None:
     return rows
 
 
+# A row at least this large is copied on its own when a piece's rows are scattered over the batch:
+# fancy indexing would copy them into a temporary first, then into place.
+ROW_BY_ROW_BYTES = 4096
+
+
 def _gather_into(batch: np.ndarray, source: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
-    if len(at) and at[-1] - at[0] + 1 == len(at):  # ascending and contiguous: no temporary
-        np.take(source, rows, axis=0, out=batch[at[0] : at[0] + len(at)])
+    """batch[at] = source[rows], each byte copied once. `at` is ascending; `rows` are valid."""
+    if not len(at):
+        return
+    if at[-1] - at[0] + 1 == len(at):  # a contiguous run of the batch
+        into = batch[at[0] : at[0] + len(at)]
+        if len(rows) == 1 or bool((np.diff(rows) == 1).all()):
+            np.copyto(into, source[rows[0] : rows[0] + len(rows)])  # and of the row group
+        else:
+            np.take(source, rows, axis=0, out=into, mode="clip")  # "raise" would copy via a temporary
+    elif source[:1].nbytes >= ROW_BY_ROW_BYTES:
+        for position, row in zip(at.tolist(), rows.tolist(), strict=True):
+            batch[position] = source[row]
     else:
         batch[at] = source[rows]
 
 
-__all__ = ["check_schema", "gather_arrays"]
+__all__ = ["check_schema", "column_specs", "gather_arrays"]
