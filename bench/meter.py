@@ -28,6 +28,7 @@ from bench.procstats import (
     machine_busy_s,
     rss_bytes,
     self_cpu_s,
+    self_page_faults,
 )
 
 Batch = Mapping[str, Any]  # name -> torch.Tensor or numpy array
@@ -56,6 +57,7 @@ class RunMetrics:
     cpu_children_per_1k: float = 0.0
     cpu_total_per_1k: float = 0.0
     machine_busy_s: float = 0.0  # CPU all processes on the machine used in the measured window
+    page_faults: int = 0  # the consumer's minor page faults in the measured window
     rss_baseline_mb: float = 0.0
     rss_peak_mb: float = 0.0
     rss_growth_mb: float = 0.0
@@ -85,7 +87,7 @@ def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_b
         baseline = rss_bytes()
         peak = PeakRss()
         peak.start()
-        cpu0, children0, busy0 = 0.0, {}, 0.0
+        cpu0, children0, busy0, faults0 = 0.0, {}, 0.0, 0
         window_start = last = 0.0
         waited = 0.0
         iterator = iter(loader)
@@ -107,6 +109,7 @@ def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_b
                 if m.batches == warmup_batches:
                     window_start = got
                     cpu0, children0, busy0 = self_cpu_s(), descendants_cpu(), machine_busy_s()
+                    faults0 = self_page_faults()
                 elif m.batches > warmup_batches:
                     waited += got - asked
                     m.measured_samples += samples
@@ -116,6 +119,7 @@ def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_b
                     time.sleep(step_s)
             m.machine_busy_s = machine_busy_s() - busy0
             m.cpu_self_s = self_cpu_s() - cpu0
+            m.page_faults = self_page_faults() - faults0
             m.cpu_children_s = cpu_delta(children0, descendants_cpu())
             peak_bytes = peak.stop()
         finally:

@@ -32,6 +32,12 @@ def self_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def self_page_faults() -> int:
+    """Minor page faults of this process so far: each a fresh page the kernel zeroed and mapped,
+    which is what a process pays when its allocator hands freed memory back and takes it again."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def machine_busy_s() -> float:
     """CPU seconds all cores of the machine spent busy since boot (steal included: a VM's
     neighbours take those cycles from this machine, like any other foreign load)."""
@@ -199,5 +205,6 @@ __all__ = [
     "process_tree_cpu",
     "rss_bytes",
     "self_cpu_s",
+    "self_page_faults",
     "tree_cpu_delta",
 ]

@@ -1,15 +1,17 @@
 """Where shardstream's time goes: py-spy on the service (and its decode actors) and on the consumer.
 
-    python -m bench.profile [--quick] [--seconds 20] [--transport MIB]
+    python -m bench.profile [--quick] [--seconds 20] [--transport [MB]]
 
 Starts a service, starts a consumer streaming the JPEG workload (or, with
-``--transport MIB``, the transport microbenchmark's pre-decoded batches of
-MIB MiB),
+``--transport``, the transport microbenchmark's pre-decoded batches, of MB
+megabytes when given: 9.6 by default, from its two decode actors),
 then samples both with ``py-spy record --subprocesses`` (Python frames of the
 ``serve`` process and of every Ray worker under it, i.e. the decode actors)
 and prints, per process, the share of samples and the functions that take
 them: "self" (the innermost frame, where the CPU is) and "inclusive" (any
-frame on the stack). Needs py-spy (``pip install py-spy``) and permission to
+frame on the stack). py-spy counts threads blocked in Ray's or gRPC's C code
+as busy and cannot see native threads, so the report ends with each process's
+CPU by thread over the same window, from /proc (bench/thread_cpu.py). Needs py-spy (``pip install py-spy``) and permission to
 ptrace the processes (root, or CAP_SYS_PTRACE).
 """
 
@@ -29,10 +31,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
+
 from bench.config import CACHE_DIR, RESULTS_DIR, full_config, quick_config
 from bench.consumer import child_env
 from bench.services import shardstream_service
 from bench.spec import ConsumerSpec
+from bench.thread_cpu import busiest_threads, format_threads, python_thread_names, thread_times
 from bench.workload import jpeg_workload, prime_page_cache, transport_dataset
 
 log = logging.getLogger(__name__)
@@ -106,9 +111,26 @@ def format_profiles(profiles: dict[str, ProcessProfile], seconds: float, rate: i
     return "\n".join(lines)
 
 
+def py_spy_path() -> str:
+    return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+
+def process_tree(pids: Sequence[int]) -> dict[int, str]:
+    """pid -> short name, for these processes and all their descendants."""
+    names = {}
+    for pid in pids:
+        try:
+            root = psutil.Process(pid)
+            for process in [root, *root.children(recursive=True)]:
+                names[process.pid] = process_name(" ".join(process.cmdline()) or process.name())
+        except psutil.Error:
+            continue
+    return names
+
+
 def record(pids: Sequence[int], seconds: float, rate: int, out_dir: Path) -> list[Path]:
     """One ``py-spy record`` per pid, concurrently; returns the raw output files."""
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    py_spy = py_spy_path()
     outputs, procs = [], []
     for pid in pids:
         out = out_dir / f"py-spy-{pid}.txt"
@@ -130,26 +152,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="the quick workload")
     parser.add_argument("--seconds", type=float, default=20.0, help="how long to sample")
     parser.add_argument("--rate", type=int, default=50, help="samples per second per process")
-    parser.add_argument("--transport", type=int, metavar="MIB",
-                        help="profile pre-decoded batches of MIB MiB instead of the JPEG workload")
+    parser.add_argument("--transport", type=float, metavar="MB", nargs="?", const=0.0,
+                        help="profile the transport microbenchmark's pre-decoded batches instead of the JPEG "
+                             "workload (of MB megabytes; default its own, 9.6)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     config = quick_config() if args.quick else full_config()
-    workload = transport_dataset(config.transport) if args.transport else jpeg_workload(config.workload)
+    transport = args.transport is not None
+    rows = config.transport.batch_rows[0]
+    if args.transport:
+        rows = max(1, round(args.transport * 1e6 / config.transport.row_bytes))
+    workload = transport_dataset(config.transport) if transport else jpeg_workload(config.workload)
     prime_page_cache(workload)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     work_dir = CACHE_DIR / "runs" / f"profile-{stamp}"
     work_dir.mkdir(parents=True, exist_ok=True)
 
-    with shardstream_service(config.cores, work_dir) as service, \
+    decoders = config.transport.decoders if transport else config.cores
+    with shardstream_service(decoders, work_dir) as service, \
             tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         spec = ConsumerSpec("shardstream", dataset=str(workload),
                             address=f"127.0.0.1:{service.announced}", batch_size=config.batch_size,
                             crop=config.crop, prefetch=config.prefetch, epochs=1000,
                             job_name=f"bench-profile-{stamp}")
-        if args.transport:
-            spec.batch_size = config.transport.batch_rows(args.transport)
+        if transport:
+            spec.batch_size = rows
             spec.transform, spec.columns = False, ["x"]
         spec_path = Path(tmp) / "spec.json"
         spec.save(spec_path)
@@ -161,19 +189,25 @@ def main(argv: Sequence[str] | None = None) -> int:
             time.sleep(8.0)  # past connecting and the first batches
             if consumer.poll() is not None:
                 raise RuntimeError(f"the consumer exited early; see {work_dir / 'consumer.log'}")
+            processes = process_tree([service.pid, consumer.pid])
+            threads_before = thread_times(processes)
             outputs = record([service.pid, consumer.pid], args.seconds, args.rate, Path(tmp))
+            threads = busiest_threads(threads_before, thread_times(processes),
+                                      {pid: python_thread_names(pid, py_spy_path()) for pid in processes})
             raw_lines = [line for out in outputs for line in out.read_text().splitlines()]
         finally:
             consumer.terminate()
             consumer.wait(timeout=30)
     profiles = aggregate(raw_lines)
-    what = (f"pre-decoded {args.transport} MiB batches (no transform)" if args.transport
+    batch_mb = config.transport.batch_bytes(rows) / 1e6
+    what = (f"pre-decoded {batch_mb:.1f} MB batches (no transform) from {decoders} decode actors" if transport
             else "the JPEG workload (decode + crop + flip)")
     text = (f"py-spy, {args.seconds:.0f} s at {args.rate} Hz, {stamp}: the shardstream service "
             f"(serve process + decode actors) and a RemoteLoader consumer streaming {what}"
-            + format_profiles(profiles, args.seconds, args.rate))
+            + format_profiles(profiles, args.seconds, args.rate)
+            + format_threads(threads, processes, args.seconds))
     args.out.mkdir(parents=True, exist_ok=True)
-    kind = f"transport{args.transport}-" if args.transport else ""
+    kind = f"transport{batch_mb:.1f}MB-" if transport else ""
     path = args.out / f"{'quick-' if args.quick else ''}profile-{kind}{stamp}.txt"
     path.write_text(text + "\n")
     print(text)

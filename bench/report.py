@@ -13,6 +13,7 @@ from typing import Any
 
 from bench.floors import floor_text
 from bench.stats import spread
+from bench.transport_figures import KINDS, batch_label, batch_sizes, figures
 
 SYSTEM_LABELS = {"shardstream": "shardstream", "dataloader": "torch DataLoader",
                  "raydata": "Ray Data", "tfdata": "tf.data service"}
@@ -72,20 +73,25 @@ def systems_table(results: dict[str, Any]) -> str:
 
 
 def transport_table(results: dict[str, Any]) -> str:
+    """GB/s of each kind, then CPU-s per GB of the consumer and of the sender, beside raw gRPC's."""
     transport = results.get("transport") or {}
     if transport.get("status") != "ok":
         reason = short_reason(transport.get("reason", "")) or "not run"
         return f"transport microbenchmark {transport.get('status', 'not run')}: {reason}"
-    kinds = list(TRANSPORT_LABELS)
-    header = ["batch", *(f"{TRANSPORT_LABELS[k]} GB/s" for k in kinds), "shardstream / raw gRPC"]
+    header = ["batch", *(f"{TRANSPORT_LABELS[k]} GB/s" for k in KINDS), "shardstream / raw gRPC",
+              "consumer CPU-s/GB (raw gRPC)", "sender CPU-s/GB (raw gRPC)"]
     rows = []
-    for mib in transport["batch_mib"]:
-        gbps = {}
-        for kind in kinds:
-            entry = transport["results"].get(kind, {}).get(str(mib))
-            gbps[kind] = entry["median"]["mb_per_s"] / 1000 if entry else math.nan
+    for batch_rows, nbytes in batch_sizes(results):
+        got = {kind: figures(results, kind, batch_rows) for kind in KINDS}
+        gbps = {kind: f.gbps if f else math.nan for kind, f in got.items()}
+        ours, raw = got["shardstream"], got["grpc_raw"]
         ratio = gbps["shardstream"] / gbps["grpc_raw"] if gbps["grpc_raw"] else math.nan
-        rows.append([f"{mib} MiB", *(_num(gbps[k], ".2f") for k in kinds), _num(ratio, ".2f") + "x"])
+        rows.append([
+            f"{batch_label(nbytes)} ({batch_rows} rows)", *(_num(gbps[k], ".2f") for k in KINDS),
+            _num(ratio, ".2f") + "x",
+            f"{_num(ours and ours.consumer_cpu_per_gb, '.2f')} ({_num(raw and raw.consumer_cpu_per_gb, '.2f')})",
+            f"{_num(ours and ours.sender_cpu_per_gb, '.2f')} ({_num(raw and raw.sender_cpu_per_gb, '.2f')})",
+        ])
     return markdown_table(header, rows)
 
 

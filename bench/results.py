@@ -6,8 +6,8 @@
       "workload": {name, samples, image_size, bytes_on_disk, mean_jpeg_bytes, ...},
       "systems": {NAME: {"status": "ok" | "skipped" | "failed", "reason": str, "notes": str,
                          "runs": [RunMetrics...], "median": {metric: median}, ...}},
-      "transport": {"status": ..., "batch_mib": [4, 16],
-                    "results": {"shardstream" | "grpc_raw" | "tcp_raw": {"4": {"runs", "median"}}}},
+      "transport": {"status": ..., "batch_rows": [64], "decoders": 2, "dataset": {row_bytes, ...},
+                    "results": {"shardstream" | "grpc_raw" | "tcp_raw": {"64": {"runs", "median"}}}},
       "targets": [{name, status, value, op, threshold, unit, detail}], "all_passed": bool
     }
 """

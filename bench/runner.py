@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from bench.config import CACHE_DIR, MIB, BenchConfig
+from bench.config import CACHE_DIR, BenchConfig
 from bench.consumer import ConsumerFailed, run_consumer
 from bench.machine import load_average, machine_info
 from bench.procstats import process_tree_cpu, tree_cpu_delta
@@ -56,16 +56,15 @@ NOTES = {
 }
 
 
-def transport_consumer(config: BenchConfig, dataset: Path, address: str, mib: int, job_name: str,
-                       tls_ca: str = "") -> ConsumerSpec:
-    """A RemoteLoader consumer of the transport dataset in `mib` MiB batches: a warm-up epoch,
-    then the measured ones."""
+def transport_consumer(config: BenchConfig, dataset: Path, address: str, rows: int, job_name: str,
+                       tls_ca: str = "", epochs: int | None = None) -> ConsumerSpec:
+    """A RemoteLoader consumer of the transport dataset in batches of `rows` rows: a warm-up epoch,
+    then the measured ones (`epochs` in all: by default one and the spec's measured epochs)."""
     spec = config.transport
-    rows = spec.batch_rows(mib)
     return ConsumerSpec(system="shardstream", dataset=str(dataset), address=address, batch_size=rows,
                         transform=False, columns=["x"], prefetch=config.prefetch,
-                        epochs=1 + spec.shardstream_epochs, warmup_batches=math.ceil(spec.num_rows / rows),
-                        job_name=job_name, tls_ca=tls_ca)
+                        epochs=epochs or 1 + spec.shardstream_epochs,
+                        warmup_batches=math.ceil(spec.num_rows / rows), job_name=job_name, tls_ca=tls_ca)
 
 
 class Runner:
@@ -131,8 +130,8 @@ class Runner:
 
     def _runs_per_round(self, what: str) -> int:
         """Consumer processes one round of a system (or of the transport benchmark) runs."""
-        if what == "transport":
-            return len(self.config.transport.batch_mib) * (1 + len(RAW_KINDS))
+        if what == "transport":  # the job that fills the decode node's copy, then each batch size
+            return 1 + len(self.config.transport.batch_rows) * (1 + len(RAW_KINDS))
         return 2 if what == "shardstream" else 1  # shardstream: the warm-up job, then the measured one
 
     def _planned_runs(self) -> int:
@@ -263,35 +262,42 @@ class Runner:
         return {
             "status": "ok",
             "reason": "",
-            "batch_mib": list(spec.batch_mib),
+            "batch_rows": list(spec.batch_rows),
+            "decoders": spec.decoders,
             "dataset": {"name": spec.name, "rows": spec.num_rows, "row_bytes": spec.row_bytes,
                         "bytes": spec.num_rows * spec.row_bytes},
-            "notes": ("shardstream: Parquet fixed_size_list<uint8> rows, no transform (read + frame), "
-                      f"one warm-up epoch then {spec.shardstream_epochs} measured epochs into "
-                      "RemoteLoader tensors; raw gRPC: bytes messages, no protobuf, no copy; raw TCP: "
-                      "sendall -> recv_into a reused buffer; each in its own server and consumer "
-                      "process on loopback; GB/s = 1e9 bytes/s"),
-            "results": {kind: {str(mib): {"runs": []} for mib in spec.batch_mib} for kind in kinds},
+            "notes": (f"shardstream: Parquet fixed_size_list<uint8> rows, no transform (read + frame), "
+                      f"served by {spec.decoders} decode actors to one rank; a job reads the dataset into "
+                      f"the decode node's copy first, then the measured job runs one warm-up epoch and "
+                      f"{spec.shardstream_epochs} measured epochs into RemoteLoader tensors (sender CPU: "
+                      "the service's processes over that job); raw gRPC: bytes messages, no protobuf, no "
+                      "copy; raw TCP: sendall -> recv_into a reused buffer; each in its own server and "
+                      "consumer process on loopback; GB/s = 1e9 bytes/s"),
+            "results": {kind: {str(rows): {"runs": []} for rows in spec.batch_rows} for kind in kinds},
         }
 
     def _transport_round(self, dataset: Path, rep: int, transport: dict[str, Any]) -> None:
         cfg, spec = self.config, self.config.transport
         results = transport["results"]
-        with shardstream_service(cfg.cores, self.work_dir, log_name="service-transport.log") as service:
+        with shardstream_service(spec.decoders, self.work_dir, log_name="service-transport.log") as service:
             address = f"127.0.0.1:{service.announced}"
-            for mib in spec.batch_mib:
-                results["shardstream"][str(mib)]["runs"].append(self._measure(transport_consumer(
-                    cfg, dataset, address, mib, f"bench-{self.run_id}-transport-{mib}-{rep}"),
-                    f"transport-shardstream-{mib}MiB-rep{rep}", service.pid))
+            # Storage is read once per node (the local copy): a job of its own pays for that, so the
+            # measured job's sender CPU is serving alone, as in any epoch after a dataset's first.
+            self._consume(transport_consumer(cfg, dataset, address, spec.batch_rows[0],
+                                             f"bench-{self.run_id}-transport-fill-{rep}", epochs=1),
+                          f"transport-fill-rep{rep}")
+            for rows in spec.batch_rows:
+                results["shardstream"][str(rows)]["runs"].append(self._measure(transport_consumer(
+                    cfg, dataset, address, rows, f"bench-{self.run_id}-transport-{rows}-{rep}"),
+                    f"transport-shardstream-{rows}rows-rep{rep}", service.pid))
         for kind in RAW_KINDS:
             with raw_server(kind, self.work_dir) as server:
-                for mib in spec.batch_mib:
-                    size = mib * MIB
-                    results[f"{kind}_raw"][str(mib)]["runs"].append(self._measure(ConsumerSpec(
-                        system=f"{kind}_raw", address=server.announced,
-                        batch_size=spec.batch_rows(mib), message_bytes=size,
+                for rows in spec.batch_rows:
+                    size = spec.batch_bytes(rows)
+                    results[f"{kind}_raw"][str(rows)]["runs"].append(self._measure(ConsumerSpec(
+                        system=f"{kind}_raw", address=server.announced, batch_size=rows, message_bytes=size,
                         message_count=max(2, spec.raw_bytes // size), row_bytes=spec.row_bytes),
-                        f"transport-{kind}-{mib}MiB-rep{rep}", server.pid))
+                        f"transport-{kind}-{rows}rows-rep{rep}", server.pid))
 
 
 __all__ = ["Runner"]

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from bench.transport_figures import batch_label, batch_sizes, figures
+
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
 # Equal cores, service and consumer sharing them, shuffle on. Re-based once measured: Ray Data and
@@ -71,16 +73,6 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b
 
 
-def _transport_gbps(results: dict[str, Any], kind: str, mib: int) -> float | None:
-    transport = results.get("transport") or {}
-    if transport.get("status") != "ok":
-        return None
-    entry = transport.get("results", {}).get(kind, {}).get(str(mib))
-    if not entry or "mb_per_s" not in entry.get("median", {}):
-        return None
-    return float(entry["median"]["mb_per_s"]) / 1000.0
-
-
 def _fmt(value: float | None, spec: str = ".0f") -> str:
     return "n/a" if value is None else format(value, spec)
 
@@ -106,16 +98,20 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
         "control process CPU per GB delivered", control, "<=", CONTROL_CPU_PER_GB, "CPU-s",
         "`shardstream serve` itself, not its decode actors or Ray; from the transport runs when made"))
 
-    for mib in (results.get("transport") or {}).get("batch_mib", []):
-        ours_gbps = _transport_gbps(results, "shardstream", mib)
-        grpc_gbps = _transport_gbps(results, "grpc_raw", mib)
+    for rows, nbytes in batch_sizes(results):
+        ours, raw = figures(results, "shardstream", rows), figures(results, "grpc_raw", rows)
+        ours_gbps, grpc_gbps = (ours.gbps if ours else None), (raw.gbps if raw else None)
+        label = batch_label(nbytes)
         targets.append(_target(
-            f"transport {mib} MiB vs raw gRPC", _ratio(ours_gbps, grpc_gbps), ">=",
+            f"transport {label} batches vs raw gRPC", _ratio(ours_gbps, grpc_gbps), ">=",
             TRANSPORT_VS_GRPC, "x",
-            f"shardstream {_fmt(ours_gbps, '.2f')} / raw gRPC {_fmt(grpc_gbps, '.2f')} GB/s"))
+            f"shardstream {_fmt(ours_gbps, '.2f')} / raw gRPC {_fmt(grpc_gbps, '.2f')} GB/s; CPU-s per GB: "
+            f"consumer {_fmt(ours and ours.consumer_cpu_per_gb, '.2f')} (raw gRPC floor "
+            f"{_fmt(raw and raw.consumer_cpu_per_gb, '.2f')}), sender "
+            f"{_fmt(ours and ours.sender_cpu_per_gb, '.2f')} (raw gRPC {_fmt(raw and raw.sender_cpu_per_gb, '.2f')})"))
         targets.append(_target(
-            f"transport {mib} MiB throughput", ours_gbps, ">=", TRANSPORT_MIN_GBPS, "GB/s",
-            "pre-decoded batches, service -> RemoteLoader tensors"))
+            f"transport {label} batches throughput", ours_gbps, ">=", TRANSPORT_MIN_GBPS, "GB/s",
+            "pre-decoded batches, decode actors -> one rank's RemoteLoader tensors"))
 
     ttfb = _median(results, "shardstream", "ttfb_s")
     targets.append(_target("time to first batch, running service", ttfb, "<=", TTFB_MAX_S, "s",

@@ -1,7 +1,7 @@
 """What TLS on the gRPC port costs: the transport microbenchmark's shardstream run, plaintext
 against TLS, in alternating rounds.
 
-    python -m bench.tls_cost [--repetitions N] [--batch-mib 4]
+    python -m bench.tls_cost [--repetitions N] [--batch-rows 64]
 
 Each round starts a plaintext service and a TLS service in turn (same decode
 actors, same pre-decoded batches, a new consumer process each) and measures
@@ -39,14 +39,14 @@ log = logging.getLogger(__name__)
 MODES = ("plaintext", "tls")
 
 
-def _measure(config: BenchConfig, dataset: Path, mib: int, tls: tuple[str, str, str] | None,
+def _measure(config: BenchConfig, dataset: Path, rows: int, tls: tuple[str, str, str] | None,
              work_dir: Path, label: str) -> dict[str, Any]:
     """One consumer run against a fresh service; GB/s and CPU-s per GB of both sides."""
-    with shardstream_service(config.cores, work_dir, log_name=f"service-{label}.log",
+    with shardstream_service(config.transport.decoders, work_dir, log_name=f"service-{label}.log",
                              tls=(tls[0], tls[1]) if tls else None) as service:
         before = process_tree_cpu(service.pid)
         result = run_consumer(
-            transport_consumer(config, dataset, f"127.0.0.1:{service.announced}", mib, f"bench-tls-{label}",
+            transport_consumer(config, dataset, f"127.0.0.1:{service.announced}", rows, f"bench-tls-{label}",
                                tls_ca=tls[2] if tls else ""),
             config.consumer_timeout_s, work_dir / f"consumer-{label}.log")
         server_cpu = sum(tree_cpu_delta(before, process_tree_cpu(service.pid)).values())
@@ -56,7 +56,7 @@ def _measure(config: BenchConfig, dataset: Path, mib: int, tls: tuple[str, str, 
             "service_cpu_per_gb": server_cpu / gb_total}
 
 
-def run_tls_cost(config: BenchConfig, mib: int, repetitions: int) -> dict[str, Any]:
+def run_tls_cost(config: BenchConfig, rows: int, repetitions: int) -> dict[str, Any]:
     from tests.certs import make_pki  # throw-away certificates, as the TLS tests use
 
     dataset = transport_dataset(config.transport)
@@ -73,12 +73,12 @@ def run_tls_cost(config: BenchConfig, mib: int, repetitions: int) -> dict[str, A
             for mode in MODES:
                 bar.set_postfix_str(f"{mode} rep {rep}")
                 tls = (pki.server_cert, pki.server_key, pki.ca) if mode == "tls" else None
-                runs[mode].append(_measure(config, dataset, mib, tls, work_dir, f"{mode}-{rep}"))
+                runs[mode].append(_measure(config, dataset, rows, tls, work_dir, f"{mode}-{rep}"))
                 bar.update(1)
     medians = {mode: {key: statistics.median(r[key] for r in runs[mode]) for key in runs[mode][0]}
                for mode in MODES}
     return {"run_id": run_id, "date": stamp.isoformat(timespec="seconds"), "machine": machine_info(),
-            "batch_mib": mib, "repetitions": repetitions, "runs": runs, "median": medians,
+            "batch_rows": rows, "batch_bytes": config.transport.batch_bytes(rows), "repetitions": repetitions, "runs": runs, "median": medians,
             "round_ratios": [t["gb_per_s"] / p["gb_per_s"] for p, t in zip(runs["plaintext"], runs["tls"],
                                                                              strict=True)]}
 
@@ -97,15 +97,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tls_cost", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repetitions", type=int, default=3, help="rounds, each measuring both modes")
-    parser.add_argument("--batch-mib", type=int, default=4, help="batch size of the pre-decoded rows")
+    parser.add_argument("--batch-rows", type=int, default=full_config().transport.batch_rows[0],
+                        help="rows of pre-decoded images per batch (default 64: 9.6 MB)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    results = run_tls_cost(full_config(), args.batch_mib, args.repetitions)
+    results = run_tls_cost(full_config(), args.batch_rows, args.repetitions)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"tls-{results['run_id']}.json"
     path.write_text(json.dumps(results, indent=2) + "\n")
-    sys.stdout.write(f"{results['date']}, {args.batch_mib} MiB batches of pre-decoded rows, "
+    sys.stdout.write(f"{results['date']}, {results['batch_bytes'] / 1e6:.1f} MB batches of pre-decoded rows, "
                      f"{args.repetitions} rounds, medians\n\n{tls_table(results)}\n\n"
                      f"TLS / plaintext GB/s round by round: "
                      f"{' '.join(f'{r:.2f}' for r in results['round_ratios'])}\nresults: {path}\n")

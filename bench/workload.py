@@ -123,7 +123,7 @@ def _write_transport(spec: TransportSpec, directory: Path) -> None:
     rng = np.random.default_rng(0)
     flat = rng.integers(0, 256, size=spec.num_rows * spec.row_bytes, dtype=np.uint8)
     column = pa.FixedSizeListArray.from_arrays(pa.array(flat), spec.row_bytes)
-    rows_per_group = max(1, (4 << 20) // spec.row_bytes)
+    rows_per_group = max(1, (4 << 20) // spec.row_bytes)  # a batch spans several row groups
     pq.write_table(pa.table({"x": column}), directory / "part-00000.parquet",
                    row_group_size=rows_per_group, compression="none", use_dictionary=False,
                    write_statistics=False)

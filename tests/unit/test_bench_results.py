@@ -36,9 +36,11 @@ def _document() -> dict[str, Any]:
             "dataloader": {"status": "ok", "runs": [_metrics(1000.0)], "median": _metrics(1000.0)},
             "tfdata": {"status": "skipped", "reason": "TensorFlow is not installed"},
         },
-        "transport": {"status": "ok", "batch_mib": [4], "results": {
-            kind: {"4": {"runs": [], "median": {"mb_per_s": mbps}}}
-            for kind, mbps in (("shardstream", 500.0), ("grpc_raw", 1000.0), ("tcp_raw", 3000.0))}},
+        "transport": {"status": "ok", "batch_rows": [64], "dataset": {"row_bytes": 150_528}, "results": {
+            kind: {"64": {"runs": [], "median": {"mb_per_s": mbps, "cpu_self_per_1k": cpu,
+                                                 "server_cpu_per_1k": cpu / 2}}}
+            for kind, mbps, cpu in (("shardstream", 500.0, 0.15), ("grpc_raw", 1000.0, 0.12),
+                                    ("tcp_raw", 3000.0, 0.01))}},
     }
     doc["targets"] = [t.to_json() for t in evaluate(doc)]
     doc["all_passed"] = False
@@ -83,7 +85,9 @@ def test_the_report_shows_every_system_the_transport_and_every_target() -> None:
     text = full_report(doc)
     assert "shardstream" in text and "torch DataLoader" in text
     assert "skipped: TensorFlow is not installed" in text
-    assert "| 4 MiB " in text and "0.50x" in text
+    assert "| 9.6 MB (64 rows) " in text and "0.50x" in text
+    # CPU-s per GB of the consumer and of the sender, beside raw gRPC's: 0.15 CPU-s per 150.5 MB
+    assert "| 1.00 (0.80) " in text and "| 0.50 (0.40) " in text
     for target in doc["targets"]:
         assert target["name"] in text
     assert "FAIL  samples/s vs torch DataLoader" in text

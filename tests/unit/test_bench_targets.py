@@ -16,9 +16,10 @@ def _system(samples_per_s: float, cpu_total_per_1k: float = 1.0, **extra: float)
 
 def _transport(ours: float, grpc: float) -> dict[str, Any]:
     def entry(mb_per_s: float) -> dict[str, Any]:
-        return {"4": {"runs": [], "median": {"mb_per_s": mb_per_s}}}
+        return {"64": {"runs": [], "median": {"mb_per_s": mb_per_s, "cpu_self_per_1k": 0.1,
+                                              "server_cpu_per_1k": 0.05}}}
 
-    return {"status": "ok", "batch_mib": [4],
+    return {"status": "ok", "batch_rows": [64], "dataset": {"row_bytes": 150_000},
             "results": {"shardstream": entry(ours), "grpc_raw": entry(grpc), "tcp_raw": entry(5000.0)}}
 
 
@@ -62,8 +63,8 @@ def test_every_target_passes_on_good_figures() -> None:
     assert all_passed(targets)
     names = {t.name for t in targets}
     assert "samples/s vs torch DataLoader" in names
-    assert "transport 4 MiB vs raw gRPC" in names
-    assert "transport 4 MiB throughput" in names
+    assert "transport 9.6 MB batches vs raw gRPC" in names
+    assert "transport 9.6 MB batches throughput" in names
 
 
 def test_ratios_are_shardstream_over_the_other_system() -> None:
@@ -85,9 +86,12 @@ def test_cpu_target_compares_against_dataloader_main_plus_workers() -> None:
 
 def test_transport_targets_need_80_percent_of_grpc_and_1_gbps() -> None:
     targets = _by_name(evaluate(_results(transport=_transport(900.0, 1000.0))))
-    assert targets["transport 4 MiB vs raw gRPC"].status == PASS
-    assert targets["transport 4 MiB throughput"].status == FAIL
-    assert targets["transport 4 MiB throughput"].value == pytest.approx(0.9)
+    assert targets["transport 9.6 MB batches vs raw gRPC"].status == PASS
+    assert targets["transport 9.6 MB batches throughput"].status == FAIL
+    assert targets["transport 9.6 MB batches throughput"].value == pytest.approx(0.9)
+    # CPU per GB of both sides beside raw gRPC's: 0.1 and 0.05 CPU-s per 1000 rows of 150 KB
+    assert "consumer 0.67 (raw gRPC floor 0.67), sender 0.33 (raw gRPC 0.33)" in (
+        targets["transport 9.6 MB batches vs raw gRPC"].detail)
 
 
 def test_control_target_is_the_serve_process_cpu_per_gb_delivered() -> None:
@@ -99,7 +103,7 @@ def test_control_target_is_the_serve_process_cpu_per_gb_delivered() -> None:
     del results["systems"]["shardstream"]["median"]["server_main_cpu_per_1k"]
     assert _by_name(evaluate(results))["control process CPU per GB delivered"].status == SKIP
     # With transport runs, from those: 250,000 samples in 2 GB, 0.01 CPU-s per 1000 samples.
-    results["transport"]["results"]["shardstream"]["4"]["median"].update(
+    results["transport"]["results"]["shardstream"]["64"]["median"].update(
         server_main_cpu_per_1k=0.01, samples=250_000, nbytes=2e9)
     t = _by_name(evaluate(results))["control process CPU per GB delivered"]
     assert t.value == pytest.approx(0.01 * 250 / 2) and t.status == FAIL
