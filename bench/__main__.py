@@ -28,6 +28,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--samples", type=int, help="JPEG samples in the workload")
     parser.add_argument("--step-ms", type=float, help="simulated training step per batch (sleep)")
     parser.add_argument("--no-transport", action="store_true", help="skip the transport microbenchmark")
+    parser.add_argument("--no-shuffle", action="store_true",
+                        help="read the JPEG workload in file order instead of shuffled each epoch")
     parser.add_argument("--max-foreign-load", type=float, metavar="CORES",
                         help="repeat a measurement during which other processes used more CPU "
                              "than this (default 0.25 cores)")
@@ -56,6 +58,8 @@ def build_config(args: argparse.Namespace) -> BenchConfig:
         changes["step_ms"] = args.step_ms
     if args.no_transport:
         changes["run_transport"] = False
+    if args.no_shuffle:
+        changes["shuffle"] = False
     if args.max_foreign_load is not None:
         changes["max_foreign_load_cores"] = args.max_foreign_load
     if args.retries is not None:

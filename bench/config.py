@@ -76,6 +76,7 @@ class BenchConfig:
     crop: int = 224
     prefetch: int = 4  # RemoteLoader prefetch (batches); the RSS target's window
     step_ms: float = 0.0  # simulated accelerator step per batch (sleep), 0 = pure loading
+    shuffle: bool = True  # every system shuffles each epoch, as training does (the targets' condition)
     run_transport: bool = True
     consumer_timeout_s: float = 900.0
     # A measurement during which other processes used more than this many cores is repeated,

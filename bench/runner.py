@@ -227,7 +227,7 @@ class Runner:
         return ConsumerSpec(system=system, dataset=str(dataset), address=address,
                             batch_size=cfg.batch_size, crop=cfg.crop, workers=cfg.cores,
                             prefetch=cfg.prefetch, epochs=2, warmup_batches=batches_per_epoch,
-                            job_name=job, step_ms=cfg.step_ms)
+                            job_name=job, step_ms=cfg.step_ms, shuffle=cfg.shuffle)
 
     def _round(self, system: str, entry: dict[str, Any], workload_dir: Path, rep: int) -> None:
         label = f"{system}-rep{rep}"

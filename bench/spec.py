@@ -27,6 +27,7 @@ class ConsumerSpec:
     columns: list[str] = field(default_factory=lambda: ["image", "label"])
     workers: int = 2  # DataLoader num_workers; the CPUs of Ray Data's local Ray
     prefetch: int = 4  # shardstream RemoteLoader prefetch (batches)
+    shuffle: bool = False  # a new order of the samples each epoch (each system's own way)
     epochs: int = 1
     job_name: str = ""
     max_batches: int | None = None

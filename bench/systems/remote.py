@@ -20,7 +20,7 @@ def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
     @contextlib.contextmanager
     def open_loader() -> Iterator[Iterable[Batch]]:
         loader = RemoteLoader(
-            spec.address, dataset=spec.dataset, batch_size=spec.batch_size, shuffle=False,
+            spec.address, dataset=spec.dataset, batch_size=spec.batch_size, shuffle=spec.shuffle, seed=0,
             transform="image" if spec.transform else None,
             transform_args={"size": spec.crop} if spec.transform else None,
             columns=spec.columns, rank=0, world_size=1, prefetch=spec.prefetch,

@@ -32,7 +32,7 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import encode_batch
 from shardstream.service.batching import DecodedBatch
 from shardstream.service.config import ServeSettings
-from shardstream.service.keepalive import SERVER_KEEPALIVE
+from shardstream.service.server_options import SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ class BatchServer:
             # No SO_REUSEPORT: two actors of a node must not share a port of the range.
             server = grpc.aio.server(options=[("grpc.max_send_message_length", max_message_bytes),
                                               ("grpc.max_receive_message_length", 1 << 20),
-                                              ("grpc.so_reuseport", 0), *SERVER_KEEPALIVE])
+                                              ("grpc.so_reuseport", 0), *SERVER_OPTIONS])
             server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(BATCH_SERVICE_NAME, {
                 "FetchBatches": grpc.stream_stream_rpc_method_handler(
                     self._fetch, request_deserializer=_parse_control, response_serializer=None),

@@ -38,6 +38,13 @@ from shardstream.service.tls import TlsFiles
 log = logging.getLogger(__name__)
 
 DECODE_RESOURCE = "decode"
+REPORTS_PER_S = 100.0  # the actor reports the coordinator takes a second, at most (0.07 cores)
+
+
+def report_interval(actors: int, floor_s: float) -> float:
+    """Seconds between one actor's reports when `actors` report: `floor_s` (the reconcile period)
+    up to REPORTS_PER_S actors, then growing with them so their total rate stays REPORTS_PER_S."""
+    return max(floor_s, actors / REPORTS_PER_S)
 
 
 class SlotState(enum.Enum):
@@ -57,6 +64,7 @@ class _Slot:
     node_id: str = ""
     batch_address: str = ""  # its batch server, host:port
     heartbeat: Any = None  # ObjectRef of the last liveness probe
+    next_report: float = 0.0  # time.monotonic() at which to ask for the next one
     opening: dict[str, Any] | None = None  # job id -> its open_job call, while the actor starts
 
 
@@ -88,6 +96,7 @@ class DecodePool:
         self.on_served: Callable[[str, JobServed], None] = lambda _job_id, _served: None
         self.on_decoded: Callable[[list[float]], None] = lambda _seconds: None  # ... and how long each took
         self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
+        self._reconcile_s = reconcile_s
         self._reconcile()
         self._watcher = threading.Thread(target=self._watch, args=(reconcile_s,), name="shardstream-pool",
                                          daemon=True)
@@ -111,13 +120,14 @@ class DecodePool:
         alive_nodes = {n["NodeID"] for n in ray.nodes() if n.get("Alive")}
         desired = self.desired()
         with self._cond:
+            interval = report_interval(sum(s.state is SlotState.READY for s in self._slots), self._reconcile_s)
             for slot in self._slots:
                 if slot.state is SlotState.STARTING:
                     self._check_started(slot)
                 elif slot.state is SlotState.READY and slot.node_id not in alive_nodes:
                     self._bury(slot, "its node left the cluster")
                 elif slot.state is SlotState.READY:
-                    self._check_alive(slot)
+                    self._check_alive(slot, interval)
             self._slots = [s for s in self._slots if s.state is not SlotState.DEAD]
             live = len(self._slots)
             for _ in range(desired - live):
@@ -164,11 +174,12 @@ class DecodePool:
         slot.opening = None
         log.info("decode actor ready on node %s", slot.node_id[:12])
 
-    def _check_alive(self, slot: _Slot) -> None:
+    def _check_alive(self, slot: _Slot, interval_s: float) -> None:
         """Notice an actor that died while nothing was submitted to it: ranks fetching from its batch
         server directly see it fail, and the pool must replace it and stop listing it. The last
         probe is checked without waiting (a busy actor answers late, which is no death). The probe
-        is the actor's report of what its batch server sent and read since the last one."""
+        is the actor's report of what its batch server sent and read since the last one; the next
+        is asked for `interval_s` after the last was (report_interval)."""
         if slot.heartbeat is not None:
             ready, _ = ray.wait([slot.heartbeat], timeout=0)
             if not ready:
@@ -184,7 +195,11 @@ class DecodePool:
             for job_id, served in report.served.items():
                 self.on_served(job_id, served)
             self.on_decoded(report.decode_seconds)
-        slot.heartbeat = slot.actor.report.remote()
+            slot.heartbeat = None
+        now = time.monotonic()
+        if now >= slot.next_report - self._reconcile_s / 2:  # this tick, not the one after
+            slot.heartbeat = slot.actor.report.remote()
+            slot.next_report = now + interval_s
 
     def _bury(self, slot: _Slot, why: str) -> None:
         if slot.state is not SlotState.DEAD:
@@ -301,4 +316,4 @@ class DecodePool:
             self._cond.notify_all()
 
 
-__all__ = ["DECODE_RESOURCE", "DecodePool", "SlotState"]
+__all__ = ["DECODE_RESOURCE", "REPORTS_PER_S", "DecodePool", "SlotState", "report_interval"]

@@ -23,9 +23,9 @@ from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
 from shardstream.service.decoder import ReadSettings
 from shardstream.service.jobs import JobRegistry
-from shardstream.service.keepalive import SERVER_KEEPALIVE
 from shardstream.service.metrics import ServiceMetrics
 from shardstream.service.pool import DecodePool
+from shardstream.service.server_options import SERVER_OPTIONS
 from shardstream.service.servicer import LoaderServicer, lenient_parser
 from shardstream.service.tls import TlsFiles, server_credentials
 
@@ -38,7 +38,7 @@ def grpc_options(max_send_bytes: int, max_receive_bytes: int) -> list[tuple[str,
     return [
         ("grpc.max_send_message_length", max_send_bytes),
         ("grpc.max_receive_message_length", max_receive_bytes),
-        *SERVER_KEEPALIVE,
+        *SERVER_OPTIONS,
     ]
 
 
