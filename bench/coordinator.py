@@ -42,9 +42,9 @@ from shardstream.client.fetcher import DECODERS_REFRESH_S
 from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-from shardstream.service.actor_report import JobServed
-from shardstream.service.jobs import JobRegistry
-from shardstream.service.spec import JobSpec
+from shardstream.service.control.jobs import JobRegistry
+from shardstream.service.control.spec import JobSpec
+from shardstream.service.node.actor_report import JobServed
 
 log = logging.getLogger(__name__)
 

@@ -39,7 +39,7 @@ def run(add_after_s: float, measure_s: float) -> dict[str, Any]:
 
     from shardstream.client import RemoteLoader
     from shardstream.service.config import ServiceConfig
-    from shardstream.service.server import create_server
+    from shardstream.service.control.server import create_server
 
     dataset = jpeg_workload(WORKLOAD)
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

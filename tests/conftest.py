@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
-    from shardstream.service.server import Service
+    from shardstream.service.control.server import Service
 
 # Ray: no dashboard, no usage stats, quiet, small; tests must never reach the network.
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -61,7 +61,7 @@ def local_ray(ray_cluster: str) -> Iterator[None]:
 def service(local_ray: None) -> Iterator[tuple[Service, str]]:
     """A running service (2 decode actors, metrics on) on 127.0.0.1:<free port>, and its address."""
     from shardstream.service.config import ServiceConfig
-    from shardstream.service.server import create_server
+    from shardstream.service.control.server import create_server
 
     running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5, metrics_port=0,
                                                 allowed_transform_modules=("tests.transforms",)))

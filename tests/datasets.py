@@ -12,9 +12,9 @@ import pyarrow.parquet as pq
 from PIL import Image
 
 from shardstream.service.dataset import DatasetIndex
-from shardstream.service.read_counters import SharedReadCounters
-from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
-from shardstream.service.storage_reader import StorageReader
+from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
+from shardstream.service.node.storage_reader import StorageReader
 
 
 def write_indexed(directory: str, shard_rows: Sequence[int], row_group_size: int = 4,

@@ -16,7 +16,7 @@ from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.errors import ERROR_METADATA_KEY
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import Service, create_server
+from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
 
 METHOD = FETCH_BATCHES_METHOD

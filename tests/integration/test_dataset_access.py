@@ -10,7 +10,7 @@ import pytest
 
 from shardstream.client import DatasetNotAllowed, RemoteLoader
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import create_server
+from shardstream.service.control.server import create_server
 from tests.datasets import oracle_batches, write_indexed
 
 

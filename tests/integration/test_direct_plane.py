@@ -19,7 +19,7 @@ import ray
 
 from shardstream.client import RemoteLoader
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import Service, create_server
+from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
 
 N, WORLD, BATCH = 120, 2, 4

@@ -20,7 +20,7 @@ from ray.cluster_utils import Cluster
 
 from shardstream.client import RemoteLoader, fetcher
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import Service, create_server
+from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
 
 NODE_STORE = 80 * 2**20

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from shardstream.client import RemoteLoader
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION, SERVICE_NAME
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.service.server import Service
+from shardstream.service.control.server import Service
 from tests.datasets import oracle_batches, write_indexed
 
 CALL_DEADLINE_S = 20

@@ -19,7 +19,7 @@ from shardstream.client import RemoteLoader
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import Service, create_server
+from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_images, write_indexed
 from tests.integration.test_metrics import scrape
 from tests.settle import settled

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from shardstream.client import DatasetNotFound, RemoteLoader
-from shardstream.service.server import Service
+from shardstream.service.control.server import Service
 from tests.datasets import write_indexed
 from tests.settle import settled
 

@@ -15,7 +15,7 @@ from shardstream.client import RemoteLoader, ServiceUnavailable
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import create_server
+from shardstream.service.control.server import create_server
 from tests.datasets import oracle_batches, write_indexed
 
 NODE_STORE = 80 * 2**20

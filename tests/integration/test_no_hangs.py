@@ -12,7 +12,7 @@ import pytest
 
 from shardstream.client import DeadlineExceeded, RemoteLoader
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import Service, create_server
+from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
 
 

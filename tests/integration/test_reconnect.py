@@ -12,7 +12,7 @@ import pytest
 
 from shardstream.client import RemoteLoader, channels
 from shardstream.client.tls import open_channel
-from shardstream.service.server import Service
+from shardstream.service.control.server import Service
 from tests.datasets import oracle_batches, write_indexed
 from tests.proxy import ResettingProxy
 

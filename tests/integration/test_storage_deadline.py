@@ -18,7 +18,7 @@ from shardstream.proto.errors import StorageBusy, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import Service, create_server
+from shardstream.service.control.server import Service, create_server
 
 
 class HangingFileSystem(AbstractFileSystem):

@@ -15,7 +15,7 @@ import pytest
 
 from shardstream.client import TLS, RemoteLoader, ServiceUnavailable
 from shardstream.service.config import ServiceConfig
-from shardstream.service.server import Service, create_server
+from shardstream.service.control.server import Service, create_server
 from tests.certs import Pki, make_pki
 from tests.datasets import oracle_batches, write_indexed
 

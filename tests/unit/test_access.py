@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shardstream.proto.errors import DatasetNotAllowed, InvalidJobSpec
-from shardstream.service.access import DatasetAccess
+from shardstream.service.control.access import DatasetAccess
 
 ACCESS = DatasetAccess(("gs://team-a/train/", "/data/shared", "s3://public"))
 

@@ -10,8 +10,13 @@ import pytest
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
 from shardstream.proto.wire import FrameHeader, encode_batch, parse_batch
-from shardstream.service.batching import DecodedBatch, DecodeJob, check_job_schema, decode_batch
 from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.node.batching import (
+    DecodedBatch,
+    DecodeJob,
+    check_job_schema,
+    decode_batch,
+)
 from shardstream.service.transforms import SampleTransform, build_transform
 from tests.datasets import memory_reader, write_images, write_indexed
 
@@ -142,9 +147,46 @@ def test_columns_decoded_with_their_header_come_framed_as_encode_batch_would_fra
     assert framed.nbytes == plain.nbytes
 
 
-def test_a_transforms_batch_is_left_for_the_batch_server_to_frame(images_index: DatasetIndex) -> None:
-    job = _job(images_index, "image", IMAGE_ARGS)
+def test_a_transforms_samples_are_stacked_into_the_message_encode_batch_would_give(
+        images_index: DatasetIndex) -> None:
+    job, indices = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip"), np.array([1, 4, 3], dtype=np.int64)
     reader = memory_reader(job.index)
     built = build_transform(job.transform, job.transform_args, ())
-    batch = decode_batch(job, reader, built, 0, np.array([0, 1], dtype=np.int64), FrameHeader(0, 0, 0))
-    assert batch.message is None and batch.arrays["image"].shape == (2, 3, 16, 16)
+    plain = decode_batch(job, reader, built, 0, indices)
+    framed = decode_batch(job, reader, built, 0, indices, FrameHeader(0, 2, 7))
+    assert plain.message is None and framed.message is not None
+    assert framed.replaced == 1  # sample 4 is corrupt: the trailer carries the replacement
+    assert framed.message == encode_batch(0, 2, 7, plain.arrays, plain.indices, plain.replaced)
+    assert framed.arrays["image"].shape == (3, 3, 16, 16) and framed.nbytes == plain.nbytes
+
+
+class _MixedDtypes:
+    """Samples whose dtypes differ: stacked, they take the widest, as np.stack gives."""
+
+    def prepare(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"x": np.full(2, row["idx"], dtype=np.float32 if row["idx"] % 2 else np.float64)}
+
+    def augment(self, sample: dict[str, Any], rng: np.random.Generator) -> dict[str, Any]:
+        return sample
+
+
+class _OwnCollate(_MixedDtypes):
+    def collate(self, samples: list[dict[str, Any]]) -> dict[str, np.ndarray]:
+        return {"x": np.concatenate([s["x"] for s in samples])}
+
+
+def test_framed_samples_take_the_dtype_np_stack_would_give(columns_index: DatasetIndex) -> None:
+    job, indices = _job(columns_index), np.array([1, 2, 3], dtype=np.int64)
+    reader = memory_reader(job.index)
+    plain = decode_batch(job, reader, _MixedDtypes(), 0, indices)
+    framed = decode_batch(job, reader, _MixedDtypes(), 0, indices, FrameHeader(0, 0, 0))
+    assert plain.arrays["x"].dtype == np.float64 and framed.message is not None
+    assert framed.message == encode_batch(0, 0, 0, plain.arrays, plain.indices)
+
+
+def test_a_transform_with_its_own_collate_is_left_for_the_batch_server_to_frame(
+        columns_index: DatasetIndex) -> None:
+    job = _job(columns_index)
+    batch = decode_batch(job, memory_reader(job.index), _OwnCollate(), 0, np.array([1, 2], dtype=np.int64),
+                         FrameHeader(0, 0, 0))
+    assert batch.message is None and batch.arrays["x"].shape == (4,)

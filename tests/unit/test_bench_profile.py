@@ -6,9 +6,9 @@ from bench.profile import aggregate, format_profiles, process_name
 
 RAW = [
     'process 10:"python -m shardstream.service.cli serve";process 20:"ray::DecodeWorker.decode";'
-    "main_loop (ray/worker.py:10);decode (service/decoder.py:30);load (PIL/ImageFile.py:200) 30",
+    "main_loop (ray/worker.py:10);decode (service/node/decoder.py:30);load (PIL/ImageFile.py:200) 30",
     'process 10:"python -m shardstream.service.cli serve";process 20:"ray::DecodeWorker.decode";'
-    "main_loop (ray/worker.py:10);decode (service/decoder.py:31);augment (image.py:80) 10",
+    "main_loop (ray/worker.py:10);decode (service/node/decoder.py:31);augment (image.py:80) 10",
     'process 10:"python -m shardstream.service.cli serve";thread (0x1);'
     "_serve (grpc/_server.py:5);encode (proto/wire.py:9) 5",
     "not a stack line",
@@ -30,7 +30,7 @@ def test_aggregate_attributes_samples_to_the_innermost_process() -> None:
     assert decode.samples == 40
     assert decode.self_time["load (PIL/ImageFile.py)"] == 30
     # Line numbers are dropped, so one function counts once per stack.
-    assert decode.inclusive["decode (service/decoder.py)"] == 40
+    assert decode.inclusive["decode (service/node/decoder.py)"] == 40
     serve = profiles["shardstream.service.cli"]
     assert serve.self_time == {"encode (proto/wire.py)": 5}
 

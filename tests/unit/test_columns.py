@@ -7,7 +7,7 @@ import pyarrow as pa
 import pytest
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
-from shardstream.service.reader import Piece
+from shardstream.service.node.reader import Piece
 from shardstream.service.transforms.columns import check_schema, column_specs, gather_arrays
 
 

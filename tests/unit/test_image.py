@@ -11,6 +11,7 @@ import pytest
 from PIL import Image
 
 from shardstream.proto.errors import InvalidJobSpec
+from shardstream.service.transforms.base import collate
 from shardstream.service.transforms.image import ImageTransform
 from tests.datasets import encode_image
 
@@ -48,7 +49,7 @@ def test_output_is_uint8_chw_of_the_requested_size(data: bytes, mode: str, size:
     out = _run(transform, data)
     assert out.dtype == np.uint8
     assert out.shape == (3, *shape)
-    batch = transform.collate([{"image": out, "label": 1}, {"image": out, "label": 2}])
+    batch = collate([{"image": out, "label": 1}, {"image": out, "label": 2}])
     assert batch["image"].shape == (2, 3, *shape) and batch["image"].flags.c_contiguous
     assert np.array_equal(batch["image"][1], out) and batch["label"].tolist() == [1, 2]
 

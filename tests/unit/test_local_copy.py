@@ -15,10 +15,10 @@ import pytest
 
 from shardstream.proto.errors import UnreadableShard
 from shardstream.service.dataset import DatasetIndex, index_dataset
-from shardstream.service.local_copy import STALE_TEMP_S, LocalCopy
-from shardstream.service.read_counters import SharedReadCounters
-from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
-from shardstream.service.storage_reader import StorageReader
+from shardstream.service.node.local_copy import STALE_TEMP_S, LocalCopy
+from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
+from shardstream.service.node.storage_reader import StorageReader
 from tests.datasets import memory_reader, write_indexed
 
 SHARDS = [40, 0, 37, 23]
@@ -187,7 +187,7 @@ def test_actors_sharing_a_node_keep_the_copy_near_its_bound(index: DatasetIndex,
 
 
 def test_an_unusable_directory_leaves_the_actor_reading_storage(tmp_path: Path) -> None:
-    from shardstream.service.decoder import ReadSettings, _local_copy
+    from shardstream.service.node.decoder import ReadSettings, _local_copy
 
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardstream.service.rate import RateMeter
+from shardstream.service.control.rate import RateMeter
 
 
 def test_rate_over_the_window() -> None:

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 
 from shardstream.proto.errors import DatasetNotFound
 from shardstream.service.dataset import DatasetIndex, index_dataset
-from shardstream.service.read_counters import SharedReadCounters
-from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
-from shardstream.service.storage_reader import StorageReader
+from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
+from shardstream.service.node.storage_reader import StorageReader
 from tests.datasets import memory_reader, write_indexed
 
 SHARDS = [5, 0, 11, 1, 0, 7]  # empty shards, a 1-row shard, partial row groups

@@ -3,7 +3,7 @@ then less often, so the reports it takes a second stay within REPORTS_PER_S howe
 
 import pytest
 
-from shardstream.service.pool import REPORTS_PER_S, report_interval
+from shardstream.service.control.pool import REPORTS_PER_S, report_interval
 
 
 def test_few_actors_report_every_reconcile():

@@ -9,7 +9,7 @@ import pytest
 
 from shardstream.proto.errors import InvalidJobSpec
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.service.spec import JobSpec
+from shardstream.service.control.spec import JobSpec
 
 
 def make(**overrides: Any) -> JobSpec:

@@ -76,8 +76,8 @@ def _serve(args: argparse.Namespace) -> int:
     from shardstream.service.config import ServiceConfig
 
     try:
-        from shardstream.service.ray_runtime import connect_ray
-        from shardstream.service.server import create_server
+        from shardstream.service.control.ray_runtime import connect_ray
+        from shardstream.service.control.server import create_server
     except ModuleNotFoundError as exc:  # a training-side install: the client only
         log.error("`shardstream serve` needs the service's packages (%s is missing): "
                   "pip install 'shardstream[service]'", exc.name)

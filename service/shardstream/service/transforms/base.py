@@ -8,11 +8,13 @@ never from which actor does the work or when.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
+
+from shardstream.proto.wire import TensorSpec
 
 Sample = dict[str, Any]
 
@@ -29,12 +31,25 @@ def sample_rng(seed: int, epoch: int, index: int) -> np.random.Generator:
     return np.random.default_rng([seed % 2**64, epoch, index])
 
 
-def collate(samples: Sequence[Sample]) -> dict[str, np.ndarray]:
-    """Stack per-sample values into batch arrays, key by key."""
+def collate(samples: Sequence[Sample], out: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    """Stack per-sample values into batch arrays, key by key: into `out` (arrays shaped as
+    `collated_specs` says) when given, else new arrays."""
     if not samples or not samples[0]:
         return {}
     keys = samples[0].keys()
-    return {key: np.stack([np.asarray(s[key]) for s in samples]) for key in keys}
+    if out is None:  # C-contiguous, whatever the samples' layout (an image's CHW view of HWC pixels)
+        out = {spec.name: np.empty(spec.shape, dtype=spec.dtype) for spec in collated_specs(samples)}
+    for key in keys:
+        np.stack([np.asarray(s[key]) for s in samples], out=out[key])
+    return {key: out[key] for key in keys}
+
+
+def collated_specs(samples: Sequence[Sample]) -> list[TensorSpec]:
+    """The arrays `collate` makes of these samples, before making them: each key's dtype is the
+    one np.stack would choose; its shape is the first sample's (stacking checks the others)."""
+    return [TensorSpec(key, np.result_type(*(np.asarray(s[key]).dtype for s in samples)),
+                       (len(samples), *np.shape(value)))
+            for key, value in samples[0].items()]
 
 
 def check_tensor_column(field: pa.Field) -> None:
@@ -51,4 +66,4 @@ def check_tensor_column(field: pa.Field) -> None:
         )
 
 
-__all__ = ["Sample", "SampleTransform", "check_tensor_column", "collate", "sample_rng"]
+__all__ = ["Sample", "SampleTransform", "check_tensor_column", "collate", "collated_specs", "sample_rng"]

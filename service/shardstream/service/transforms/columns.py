@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
 from shardstream.proto.wire import TensorSpec
-from shardstream.service.reader import Piece
+from shardstream.service.node.reader import Piece
 from shardstream.service.transforms.base import check_tensor_column
 
 

@@ -7,7 +7,6 @@ passes through as a tensor (labels). JPEG and PNG decode in Pillow's C code.
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +14,7 @@ import pyarrow as pa
 from PIL import Image
 
 from shardstream.proto.errors import InvalidJobSpec
-from shardstream.service.transforms.base import Sample, check_tensor_column, collate
+from shardstream.service.transforms.base import Sample, check_tensor_column
 
 MODES = ("random_crop", "center_crop", "resize")
 
@@ -82,17 +81,8 @@ class ImageTransform:
         if self.flip and rng.random() < 0.5:
             pixels = pixels[:, ::-1]
         out = dict(sample)
-        out[self.column] = pixels.transpose(2, 0, 1)  # a view: collate makes the one copy
+        out[self.column] = pixels.transpose(2, 0, 1)  # a view: collate makes the one copy, into the message
         return out
-
-    def collate(self, samples: Sequence[Sample]) -> dict[str, np.ndarray]:
-        """Images into one preallocated [B, C, H, W] array (one copy per sample); the rest stacked."""
-        first = samples[0][self.column]
-        images = np.empty((len(samples), *first.shape), dtype=np.uint8)
-        for i, sample in enumerate(samples):
-            images[i] = sample[self.column]
-        rest = collate([{k: v for k, v in s.items() if k != self.column} for s in samples])
-        return {self.column: images, **rest} if rest else {self.column: images}
 
     def _needed_size(self, width: int, height: int) -> tuple[int, int]:
         """The smallest decoded size the rest of prepare() can work from without upscaling."""

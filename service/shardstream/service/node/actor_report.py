@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from shardstream.service.read_counters import ReadCounters
+from shardstream.service.node.read_counters import ReadCounters
 
 
 @dataclass

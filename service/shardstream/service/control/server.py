@@ -17,16 +17,16 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from shardstream.proto import SERVICE_NAME
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.service.access import DatasetAccess
 from shardstream.service.allocator import keep_freed_memory
-from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
-from shardstream.service.decoder import ReadSettings
-from shardstream.service.jobs import JobRegistry
-from shardstream.service.metrics import ServiceMetrics
-from shardstream.service.pool import DecodePool
+from shardstream.service.control.access import DatasetAccess
+from shardstream.service.control.bounded import StorageCalls
+from shardstream.service.control.jobs import JobRegistry
+from shardstream.service.control.metrics import ServiceMetrics
+from shardstream.service.control.pool import DecodePool
+from shardstream.service.control.servicer import LoaderServicer, lenient_parser
+from shardstream.service.node.decoder import ReadSettings
 from shardstream.service.server_options import SERVER_OPTIONS
-from shardstream.service.servicer import LoaderServicer, lenient_parser
 from shardstream.service.tls import TlsFiles, server_credentials
 
 log = logging.getLogger(__name__)

@@ -20,8 +20,8 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.service.dataset import DatasetIndex, Shard
-from shardstream.service.local_copy import LocalCopy, RowGroupKey
-from shardstream.service.storage_reader import StorageReader
+from shardstream.service.node.local_copy import LocalCopy, RowGroupKey
+from shardstream.service.node.storage_reader import StorageReader
 
 
 class RowGroupCache:

@@ -30,8 +30,8 @@ from shardstream.proto.errors import (
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import encode_batch
-from shardstream.service.batching import DecodedBatch
 from shardstream.service.config import ServeSettings
+from shardstream.service.node.batching import DecodedBatch
 from shardstream.service.server_options import SERVER_OPTIONS
 
 log = logging.getLogger(__name__)

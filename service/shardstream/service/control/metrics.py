@@ -18,10 +18,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from shardstream.service.bounded import StorageCalls
-from shardstream.service.jobs import JobRegistry
-from shardstream.service.pool import DecodePool
-from shardstream.service.read_counters import TIERS
+from shardstream.service.control.bounded import StorageCalls
+from shardstream.service.control.jobs import JobRegistry
+from shardstream.service.control.pool import DecodePool
+from shardstream.service.node.read_counters import TIERS
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ import pyarrow.parquet as pq
 
 from shardstream.proto.errors import DatasetNotFound, UnreadableShard
 from shardstream.service.dataset import Shard, file_version
-from shardstream.service.read_counters import SharedReadCounters
+from shardstream.service.node.read_counters import SharedReadCounters
 
 
 class CountingFile:

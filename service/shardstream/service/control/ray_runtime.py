@@ -8,7 +8,7 @@ import os
 import ray
 
 from shardstream.service.config import ServiceConfig
-from shardstream.service.pool import DECODE_RESOURCE
+from shardstream.service.control.pool import DECODE_RESOURCE
 
 log = logging.getLogger(__name__)
 

@@ -16,13 +16,13 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
-from shardstream.service.access import DatasetAccess
-from shardstream.service.actor_report import JobServed
-from shardstream.service.batching import DecodeJob, check_job_schema
+from shardstream.service.control.access import DatasetAccess
+from shardstream.service.control.rate import RateMeter
+from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.node.actor_report import JobServed
+from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.plan import SamplingSpec
-from shardstream.service.rate import RateMeter
-from shardstream.service.spec import JobSpec
 from shardstream.service.transforms import build_transform
 
 log = logging.getLogger(__name__)

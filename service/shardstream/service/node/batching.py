@@ -5,10 +5,13 @@ on any actor. Corrupt samples either fail the batch naming file and row, or
 are replaced by the next readable sample in global order (deterministic) and
 counted.
 
-Given the message header (the batch server's path), pre-decoded columns are
-gathered straight into the message that is sent (wire.BatchFrame): the
-gather is the batch's only copy before gRPC's. A transform's collated arrays
-are framed by the batch server, with one copy.
+Given the message header (the batch server's path), a batch is collated
+straight into the message that is sent (wire.BatchFrame): pre-decoded
+columns are gathered into it, a transform's samples stacked into it, and
+that is the batch's only copy before gRPC's. A transform with a collate of
+its own, or samples the default collate cannot frame ahead (their first
+sample does not say every one's shape and dtype), are framed by the batch
+server, with one copy more.
 """
 
 from __future__ import annotations
@@ -22,10 +25,11 @@ import pyarrow as pa
 from shardstream.proto.errors import CorruptSample
 from shardstream.proto.wire import BatchFrame, FrameHeader
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.node.read_counters import ReadCounters
+from shardstream.service.node.reader import ShardReader
 from shardstream.service.plan import SamplingSpec
-from shardstream.service.read_counters import ReadCounters
-from shardstream.service.reader import ShardReader
 from shardstream.service.transforms import SampleTransform, collate, sample_rng
+from shardstream.service.transforms.base import collated_specs
 from shardstream.service.transforms.columns import column_specs, gather_arrays
 
 MAX_REPLACEMENT_TRIES = 64
@@ -90,8 +94,26 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
             used[position] = index
             samples.append(sample)
             replaced += 1
-    collate_fn = getattr(transform, "collate", None) or collate
-    return DecodedBatch(arrays=collate_fn(samples), indices=used, replaced=replaced)
+    own_collate = getattr(transform, "collate", None)
+    if own_collate is not None:
+        return DecodedBatch(arrays=own_collate(samples), indices=used, replaced=replaced)
+    if header is not None and samples and samples[0]:
+        framed = _collate_framed(samples, header, used, replaced)
+        if framed is not None:
+            return framed
+    return DecodedBatch(arrays=collate(samples), indices=used, replaced=replaced)
+
+
+def _collate_framed(samples: list[dict[str, Any]], header: FrameHeader, used: np.ndarray,
+                    replaced: int) -> DecodedBatch | None:
+    """The samples stacked into the message of `header`; None when the first sample's shapes and
+    dtypes do not hold for all (collate without a frame then says what is wrong, or upcasts)."""
+    try:
+        frame = BatchFrame(header, collated_specs(samples), used, replaced)
+        arrays = collate(samples, out=frame.arrays)
+    except (TypeError, ValueError):
+        return None
+    return DecodedBatch(arrays=arrays, indices=used, replaced=replaced, message=frame.message)
 
 
 def _apply(transform: SampleTransform, row: dict[str, Any], seed: int, epoch: int,

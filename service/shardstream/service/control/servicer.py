@@ -27,13 +27,13 @@ from shardstream.proto.errors import (
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-from shardstream.service.bounded import StorageCalls
 from shardstream.service.config import ServiceConfig
-from shardstream.service.jobs import Job, JobRegistry
-from shardstream.service.metrics import ServiceMetrics
-from shardstream.service.pool import DecodePool
-from shardstream.service.read_counters import ReadCounters
-from shardstream.service.spec import JobSpec
+from shardstream.service.control.bounded import StorageCalls
+from shardstream.service.control.jobs import Job, JobRegistry
+from shardstream.service.control.metrics import ServiceMetrics
+from shardstream.service.control.pool import DecodePool
+from shardstream.service.control.spec import JobSpec
+from shardstream.service.node.read_counters import ReadCounters
 
 log = logging.getLogger(__name__)
 

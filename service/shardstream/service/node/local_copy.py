@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardstream.service.dataset import Shard
-from shardstream.service.read_counters import SharedReadCounters
+from shardstream.service.node.read_counters import SharedReadCounters
 
 log = logging.getLogger(__name__)
 

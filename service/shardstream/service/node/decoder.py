@@ -23,16 +23,16 @@ import ray
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound
 from shardstream.proto.wire import FrameHeader
-from shardstream.service.actor_report import DirectReport, JobServed
 from shardstream.service.allocator import keep_freed_memory
-from shardstream.service.batch_server import BatchServer
-from shardstream.service.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.config import ServeSettings
-from shardstream.service.local_copy import LocalCopy, default_directory
+from shardstream.service.node.actor_report import DirectReport, JobServed
+from shardstream.service.node.batch_server import BatchServer
+from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
+from shardstream.service.node.local_copy import LocalCopy, default_directory
+from shardstream.service.node.read_counters import ReadCounters, SharedReadCounters
+from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
+from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.plan import PlanCache, check_step
-from shardstream.service.read_counters import ReadCounters, SharedReadCounters
-from shardstream.service.reader import RowGroupCache, RowGroupSource, ShardReader
-from shardstream.service.storage_reader import StorageReader
 from shardstream.service.tls import TlsFiles, credentials_from
 from shardstream.service.transforms import SampleTransform, build_transform
 

@@ -28,11 +28,11 @@ import ray
 from ray.exceptions import RayActorError
 
 from shardstream.proto.errors import ServiceUnavailable
-from shardstream.service.actor_report import DirectReport, JobServed
-from shardstream.service.batching import DecodeJob
 from shardstream.service.config import ServeSettings
-from shardstream.service.decoder import DecodeWorker, ReadSettings
-from shardstream.service.read_counters import ReadCounters
+from shardstream.service.node.actor_report import DirectReport, JobServed
+from shardstream.service.node.batching import DecodeJob
+from shardstream.service.node.decoder import DecodeWorker, ReadSettings
+from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.tls import TlsFiles
 
 log = logging.getLogger(__name__)
