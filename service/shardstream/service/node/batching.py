@@ -9,9 +9,8 @@ Given the message header (the batch server's path), a batch is collated
 straight into the message that is sent (wire.BatchFrame): pre-decoded
 columns are gathered into it, a transform's samples stacked into it, and
 that is the batch's only copy before gRPC's. A transform with a collate of
-its own, or samples the default collate cannot frame ahead (their first
-sample does not say every one's shape and dtype), are framed by the batch
-server, with one copy more.
+its own, or samples that cannot be framed ahead (their shapes differ, or a
+dtype cannot travel), are framed by the batch server, with one copy more.
 """
 
 from __future__ import annotations
@@ -57,7 +56,7 @@ class DecodedBatch:
     replaced: int = 0
     decode_seconds: float = 0.0
     reads: ReadCounters = field(default_factory=ReadCounters)  # what reading it cost the actor
-    message: bytes | None = None  # the serialized Batch when columns were gathered into it; `arrays` view it
+    message: bytes | None = None  # the serialized Batch when the batch was collated into it; `arrays` view it
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -66,8 +65,8 @@ class DecodedBatch:
 
 def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform | None,
                  epoch: int, indices: np.ndarray, header: FrameHeader | None = None) -> DecodedBatch:
-    """The batch of these sample indices; pre-decoded columns come framed as the message of `header`
-    when it is given."""
+    """The batch of these sample indices, collated into the message of `header` when it is given
+    (see the module's docstring for when it is not)."""
     if transform is None:
         pieces = reader.pieces(indices)
         if header is None:
@@ -106,8 +105,8 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
 
 def _collate_framed(samples: list[dict[str, Any]], header: FrameHeader, used: np.ndarray,
                     replaced: int) -> DecodedBatch | None:
-    """The samples stacked into the message of `header`; None when the first sample's shapes and
-    dtypes do not hold for all (collate without a frame then says what is wrong, or upcasts)."""
+    """The samples stacked into the message of `header`; None when they cannot be (shapes that
+    differ, a dtype that cannot travel): collate without a frame then says what is wrong."""
     try:
         frame = BatchFrame(header, collated_specs(samples), used, replaced)
         arrays = collate(samples, out=frame.arrays)
