@@ -85,7 +85,8 @@ def main(argv: list[str]) -> int:
     spec_path, out_path = Path(argv[0]), Path(argv[1])
     spec = ConsumerSpec.load(spec_path)
     metrics = measure(loader_factory(spec), max_batches=spec.max_batches,
-                      warmup_batches=spec.warmup_batches, step_s=spec.step_ms / 1000)
+                      warmup_batches=spec.warmup_batches, step_s=spec.step_ms / 1000,
+                      server_pid=spec.server_pid)
     out_path.write_text(json.dumps(metrics.to_json(), indent=2) + "\n")
     return 0
 

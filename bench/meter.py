@@ -10,6 +10,10 @@
   when the last batch does. Throughput, MB/s, stall fraction and CPU per
   sample are of that window only.
 * Peak RSS is of the whole iteration, against the RSS just before ``iter()``.
+* Given a server's pid, its process tree's CPU (``server_cpu_s``, by role)
+  is taken from before the loader is constructed to the last batch: opening
+  the job, the warm-up and the measured epochs, not the consumer's
+  interpreter starting and exiting, when the server only idles.
 """
 
 from __future__ import annotations
@@ -26,9 +30,11 @@ from bench.procstats import (
     cpu_delta,
     descendants_cpu,
     machine_busy_s,
+    process_tree_cpu,
     rss_bytes,
     self_cpu_s,
     self_page_faults,
+    tree_cpu_delta,
 )
 
 Batch = Mapping[str, Any]  # name -> torch.Tensor or numpy array
@@ -62,6 +68,7 @@ class RunMetrics:
     rss_peak_mb: float = 0.0
     rss_growth_mb: float = 0.0
     rss_method: str = ""
+    server_cpu_s: dict[str, float] = dataclasses.field(default_factory=dict)  # role -> CPU-s (see above)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,10 +84,11 @@ def batch_shape(batch: Batch) -> tuple[int, int]:
 
 
 def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_batches: int = 1,
-            step_s: float = 0.0) -> RunMetrics:
+            step_s: float = 0.0, server_pid: int = 0) -> RunMetrics:
     if warmup_batches < 1:
         raise ValueError("warmup_batches must be >= 1: the first batch is never a steady-state one")
     m = RunMetrics()
+    server0 = process_tree_cpu(server_pid) if server_pid else {}
     start = time.perf_counter()
     with open_loader() as loader:
         m.construct_s = time.perf_counter() - start
@@ -117,6 +125,8 @@ def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_b
                 del batch
                 if step_s > 0:
                     time.sleep(step_s)
+            if server_pid:
+                m.server_cpu_s = tree_cpu_delta(server0, process_tree_cpu(server_pid))
             m.machine_busy_s = machine_busy_s() - busy0
             m.cpu_self_s = self_cpu_s() - cpu0
             m.page_faults = self_page_faults() - faults0

@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                             job_name=f"bench-profile-{stamp}")
         if transport:
             spec.batch_size = rows
-            spec.transform, spec.columns = False, ["x"]
+            spec.transform, spec.columns, spec.shared_memory = False, ["x"], False
         spec_path = Path(tmp) / "spec.json"
         spec.save(spec_path)
         with open(work_dir / "consumer.log", "wb") as consumer_log:

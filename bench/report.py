@@ -54,22 +54,29 @@ def systems_table(results: dict[str, Any]) -> str:
             rows.append([label, f"{entry['status']}: {short_reason(entry.get('reason', ''))}",
                          *[""] * 9])
             continue
-        m = entry["median"]
-        low, high = spread(entry["runs"], "samples_per_s")
-        rows.append([
-            label,
-            f"{_num(m['samples_per_s'], ',.0f')} ({_num(low, ',.0f')}-{_num(high, ',.0f')})",
-            _num(m["mb_per_s"], ",.0f"),
-            _num(m["ttfb_s"], ".2f"),
-            _num(m["cpu_self_per_1k"], ".3f"),
-            _num(m["cpu_children_per_1k"], ".3f"),
-            _num(m.get("server_cpu_per_1k"), ".3f") if "server_cpu_per_1k" in m else "-",
-            _num(m["rss_peak_mb"], ",.0f"),
-            _num(m["rss_growth_mb"], ",.0f"),
-            _num(m["stall_fraction"] * 100, ".0f") + "%",
-            _num(m.get("foreign_load_cores"), ".2f") if "foreign_load_cores" in m else "-",
-        ])
+        rows.append(_system_row(label, entry))
+        network = entry.get("network_path", {})
+        if network.get("median"):
+            rows.append(_system_row(f"{label}, network path", network))
     return markdown_table(header, rows)
+
+
+def _system_row(label: str, entry: dict[str, Any]) -> list[str]:
+    m = entry["median"]
+    low, high = spread(entry["runs"], "samples_per_s")
+    return [
+        label,
+        f"{_num(m['samples_per_s'], ',.0f')} ({_num(low, ',.0f')}-{_num(high, ',.0f')})",
+        _num(m["mb_per_s"], ",.0f"),
+        _num(m["ttfb_s"], ".2f"),
+        _num(m["cpu_self_per_1k"], ".3f"),
+        _num(m["cpu_children_per_1k"], ".3f"),
+        _num(m.get("server_cpu_per_1k"), ".3f") if "server_cpu_per_1k" in m else "-",
+        _num(m["rss_peak_mb"], ",.0f"),
+        _num(m["rss_growth_mb"], ",.0f"),
+        _num(m["stall_fraction"] * 100, ".0f") + "%",
+        _num(m.get("foreign_load_cores"), ".2f") if "foreign_load_cores" in m else "-",
+    ]
 
 
 def transport_table(results: dict[str, Any]) -> str:

@@ -12,6 +12,7 @@ consumer process running a warm-up epoch and a measured epoch.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 import math
@@ -27,7 +28,6 @@ from tqdm import tqdm
 from bench.config import CACHE_DIR, BenchConfig
 from bench.consumer import ConsumerFailed, run_consumer
 from bench.machine import load_average, machine_info
-from bench.procstats import process_tree_cpu, tree_cpu_delta
 from bench.results import SCHEMA
 from bench.services import ServerFailed, raw_server, shardstream_service, tfdata_service
 from bench.spec import ConsumerSpec
@@ -59,12 +59,14 @@ NOTES = {
 def transport_consumer(config: BenchConfig, dataset: Path, address: str, rows: int, job_name: str,
                        tls_ca: str = "", epochs: int | None = None) -> ConsumerSpec:
     """A RemoteLoader consumer of the transport dataset in batches of `rows` rows: a warm-up epoch,
-    then the measured ones (`epochs` in all: by default one and the spec's measured epochs)."""
+    then the measured ones (`epochs` in all: by default one and the spec's measured epochs). The
+    network path always: the transport is what a rank on another host than its decoders pays."""
     spec = config.transport
     return ConsumerSpec(system="shardstream", dataset=str(dataset), address=address, batch_size=rows,
                         transform=False, columns=["x"], prefetch=config.prefetch,
                         epochs=epochs or 1 + spec.shardstream_epochs,
-                        warmup_batches=math.ceil(spec.num_rows / rows), job_name=job_name, tls_ca=tls_ca)
+                        warmup_batches=math.ceil(spec.num_rows / rows), job_name=job_name, tls_ca=tls_ca,
+                        shared_memory=False)
 
 
 class Runner:
@@ -132,7 +134,8 @@ class Runner:
         """Consumer processes one round of a system (or of the transport benchmark) runs."""
         if what == "transport":  # the job that fills the decode node's copy, then each batch size
             return 1 + len(self.config.transport.batch_rows) * (1 + len(RAW_KINDS))
-        return 2 if what == "shardstream" else 1  # shardstream: the warm-up job, then the measured one
+        # shardstream: the warm-up job, then the measured one, then the same on the network path
+        return 3 if what == "shardstream" else 1
 
     def _planned_runs(self) -> int:
         cfg = self.config
@@ -185,11 +188,12 @@ class Runner:
         return best
 
     def _consume_served(self, spec: ConsumerSpec, label: str, server_pid: int) -> dict[str, Any]:
-        """A consumer run, plus the CPU its server's process tree spent meanwhile, per 1000 samples
-        (over the whole consumer run: warm-up and measured epochs)."""
-        before = process_tree_cpu(server_pid)
+        """A consumer run, plus the CPU its server's process tree spent meanwhile, per 1000 samples:
+        from the loader's construction to its last batch (warm-up and measured epochs), as the
+        consumer measures it (meter.py)."""
+        spec = dataclasses.replace(spec, server_pid=server_pid)
         result = self._consume(spec, label)
-        cpu = tree_cpu_delta(before, process_tree_cpu(server_pid))
+        cpu = result.pop("server_cpu_s")
         per_1k = 1000 / max(1, result["samples"])
         result["server_cpu_per_1k"] = sum(cpu.values()) * per_1k
         for role, seconds in cpu.items():
@@ -209,6 +213,7 @@ class Runner:
             log.warning("tf.data service skipped: %s", entry["reason"])
         if system == "shardstream":
             entry["service_rounds"] = []
+            entry["network_path"] = {"runs": []}
         return entry
 
     @staticmethod
@@ -217,6 +222,8 @@ class Runner:
         if entry["status"] != "ok":
             return
         entry["median"] = summarize(entry["runs"])
+        if "network_path" in entry:
+            entry["network_path"]["median"] = summarize(entry["network_path"]["runs"])
         if "service_rounds" in entry:
             entry["service"] = summarize(entry.pop("service_rounds"))
 
@@ -251,6 +258,12 @@ class Runner:
             entry["runs"].append(self._measure(self._workload_spec(
                 "shardstream", workload_dir, address, f"bench-{self.run_id}-rep{rep}"),
                 f"shardstream-rep{rep}", service.pid))
+            # The same on the network path: what the consumer and decoders pay when they are on
+            # different hosts (reported beside, not used by the targets).
+            network = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-net{rep}")
+            network.shared_memory = False
+            entry["network_path"]["runs"].append(self._measure(network, f"shardstream-network-rep{rep}",
+                                                               service.pid))
         entry["service_rounds"].append({"start_s": service.start_s, "ttfb_cold_s": cold["ttfb_s"],
                                         "num_decoders": cfg.cores})
 

@@ -104,7 +104,8 @@ def run_scaling(config: BenchConfig, node_counts: Sequence[int]) -> dict[str, An
                             address=f"127.0.0.1:{service.announced}",
                             batch_size=config.batch_size, crop=config.crop,
                             prefetch=config.prefetch, epochs=2, warmup_batches=batches_per_epoch,
-                            job_name=f"bench-scaling-{run_id}-{count}-{rep}", shuffle=config.shuffle)
+                            job_name=f"bench-scaling-{run_id}-{count}-{rep}", shuffle=config.shuffle,
+                            shared_memory=False)  # decode nodes stand for other hosts
                         runs.append(_least_disturbed(config, spec,
                                                      work_dir / f"consumer-{count}-{rep}.log"))
                         bar.update(1)

@@ -37,6 +37,10 @@ class ConsumerSpec:
     message_count: int = 0  # raw transports: messages per run
     row_bytes: int = 1  # raw transports: bytes per "sample" (a row of the transport dataset)
     tls_ca: str = ""  # shardstream over TLS: the CA that signed the service's certificate
+    # shardstream: decoders on this host write batches into shared memory; False: the network
+    # path, what a rank on another host than its decoders pays
+    shared_memory: bool = True
+    server_pid: int = 0  # the server whose CPU the consumer measures over its loader's life (meter.py)
 
     def __post_init__(self) -> None:
         if self.system not in CONSUMER_SYSTEMS:

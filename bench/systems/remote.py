@@ -25,6 +25,7 @@ def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
             transform_args={"size": spec.crop} if spec.transform else None,
             columns=spec.columns, rank=0, world_size=1, prefetch=spec.prefetch,
             job_name=spec.job_name or None, tls=TLS(ca_file=spec.tls_ca) if spec.tls_ca else None,
+            shared_memory=spec.shared_memory,
         )
 
         def epoch(e: int) -> Iterable[Batch]:

@@ -13,11 +13,12 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 import ray
 
-from shardstream.client import RemoteLoader
+from shardstream.client import RemoteLoader, shared_slots
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
@@ -94,11 +95,45 @@ def test_the_job_lists_the_decoders_and_every_rank_gets_its_batches(direct: tupl
     assert sum(r.storage_reads for r in reads) > 0 and sum(r.memory_hits for r in reads) > 0
 
 
+def _slot_files() -> list[str]:
+    return [f for f in os.listdir(shared_slots.SHARED_MEMORY_DIR) if f.startswith(f"shardstream-slot-{os.getpid()}-")]
+
+
+def test_decoders_on_this_host_write_batches_into_shared_memory_and_the_network_path_gives_the_same(
+        direct: tuple[Service, str], dataset: str) -> None:
+    _, address = direct
+    for shared_memory in (True, False):
+        with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=0,
+                          job_name="direct-shm", shared_memory=shared_memory) as loader:
+            for epoch in (0, 2):
+                loader.set_epoch(epoch)
+                assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 0, BATCH, True, 4,
+                                                                            False, epoch)
+            assert loader.stats.shared_batches == (loader.stats.batches if shared_memory else 0)
+    assert _slot_files() == []  # every slot's name is gone with its stream
+
+
+def test_a_rank_whose_shared_memory_the_decoders_cannot_see_gets_its_batches_on_the_stream(
+        direct: tuple[Service, str], dataset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another container's /dev/shm: the decoders cannot open the slots offered, so they send bytes."""
+    from shardstream.client import fetcher
+
+    _, address = direct
+    monkeypatch.setattr(fetcher, "SlotPool", lambda: shared_slots.SlotPool(str(tmp_path)))
+    with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=1,
+                      job_name="direct-shm-elsewhere") as loader:
+        loader.set_epoch(1)
+        assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 1, BATCH, True, 4, False, 1)
+        assert loader.stats.shared_batches == 0
+    assert os.listdir(tmp_path) == []
+
+
 def _epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int,
-                      fault: Callable[[], None], job: str) -> tuple[list[list[int]], int]:
+                      fault: Callable[[], None], job: str, shared_memory: bool = True) -> tuple[list[list[int]], int]:
     got = []
     with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=3, world_size=WORLD, rank=rank,
-                      prefetch=6, columns=["idx"], job_name=job, **SLOW) as loader:  # type: ignore[arg-type]
+                      prefetch=6, columns=["idx"], job_name=job, shared_memory=shared_memory,
+                      **SLOW) as loader:  # type: ignore[arg-type]
         loader.set_epoch(1)
         for step, batch in enumerate(loader):
             got.append(batch["idx"].tolist())
@@ -108,7 +143,8 @@ def _epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int,
 
 
 @pytest.mark.slow
-def test_a_decode_actor_killed_mid_epoch(direct: tuple[Service, str], dataset: str) -> None:
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "network"])
+def test_a_decode_actor_killed_mid_epoch(direct: tuple[Service, str], dataset: str, shared_memory: bool) -> None:
     running, address = direct
 
     killed: list[str] = []
@@ -119,7 +155,7 @@ def test_a_decode_actor_killed_mid_epoch(direct: tuple[Service, str], dataset: s
 
     for rank in range(WORLD):
         _wait_for_actors(running, 2, killed[-1] if killed else "")  # replaced, and no longer listed
-        got, refetched = _epoch_with_fault(address, dataset, rank, 3, kill_one_actor, "direct-kill")
+        got, refetched = _epoch_with_fault(address, dataset, rank, 3, kill_one_actor, "direct-kill", shared_memory)
         assert got == oracle_batches(N, WORLD, rank, BATCH, True, 3, False, 1)
         assert refetched > 0  # steps really were outstanding at the dead actor
     _wait_for_actors(running, 2, killed[-1])

@@ -18,12 +18,17 @@ and opens streams to new ones. When every decoder has failed, the loader
 reopens the job (which lists the decoders alive now) and continues at its
 next step.
 
+A decoder on the rank's own host writes batches into shared-memory slots the
+rank offers instead of sending them (shared_slots.py); the stream then
+carries only which slot holds which step.
+
 Iterate for (header, tensors) in step order (asking for the next one returns
 the last one's room in the window), and close().
 """
 
 from __future__ import annotations
 
+import collections
 import logging
 import queue
 import threading
@@ -37,6 +42,7 @@ import torch
 
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.scheduler import StepScheduler
+from shardstream.client.shared_slots import SlotPool, is_local_address, shared_memory_available
 from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.client.stats import LoaderStats
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
@@ -48,7 +54,7 @@ from shardstream.proto.errors import (
     from_rpc_error,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import BatchView, parse_batch
+from shardstream.proto.wire import BatchView, WireError, parse_batch
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +104,10 @@ class FetchTarget:
 class _Sender:
     """One decoder's FetchBatches stream: wants go out from a queue, batches come back on a thread."""
 
-    def __init__(self, address: str, target: FetchTarget, channel: grpc.Channel) -> None:
+    def __init__(self, address: str, target: FetchTarget, channel: grpc.Channel, slots: SlotPool | None) -> None:
         self.address = address
+        self.slots = slots  # offered with each want when the decoder is on this host
+        self.offered: collections.deque[str] = collections.deque()  # one per want, in order
         self.wants: queue.Queue[pb.FetchControl | None] = queue.Queue()
         self.wants.put(pb.FetchControl(open=pb.FetchOpen(
             protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank)))
@@ -110,20 +118,40 @@ class _Sender:
         self.thread: threading.Thread | None = None
 
     def want(self, step: int, max_bytes: int) -> None:
-        self.wants.put(pb.FetchControl(want=pb.Want(step=step, max_bytes=max_bytes)))
+        slot = self.slots.offer() if self.slots is not None else ""
+        self.offered.append(slot)
+        self.wants.put(pb.FetchControl(want=pb.Want(step=step, max_bytes=max_bytes, slot=slot)))
+
+    def unwrap(self, view: BatchView) -> BatchView:
+        """The batch itself: `view`, or the one in shared memory it names."""
+        slot = self.offered.popleft() if self.offered else ""
+        if view.shared is None:
+            if slot and self.slots is not None:
+                self.slots.declined(slot)
+            return view
+        if self.slots is None or view.shared.slot != slot:
+            raise WireError(f"decoder {self.address} wrote step {view.step} into slot {view.shared.slot!r}, "
+                            f"but that want offered {slot or 'none'!r}")
+        inner = parse_batch(self.slots.lease(view.shared).data)
+        if (inner.epoch, inner.rank, inner.step) != (view.epoch, view.rank, view.step):
+            raise WireError(f"slot {slot!r} holds step {inner.step} of epoch {inner.epoch} rank {inner.rank}, "
+                            f"not step {view.step} of epoch {view.epoch} rank {view.rank}")
+        return inner
 
     def close(self) -> None:
         self.wants.put(None)
         self.call.cancel()
         if self.thread is not None:
             self.thread.join(timeout=5.0)
+        if self.slots is not None:
+            self.slots.close()
 
 
 class DirectPrefetcher:
     def __init__(self, addresses: list[str], target: FetchTarget, window_batches: int, window_bytes: int,
                  convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str,
                  channels: DecoderChannels, stats: LoaderStats | None = None,
-                 list_decoders: Callable[[], Sequence[str]] | None = None) -> None:
+                 list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from (no decode "
                                      "node has joined its Ray cluster yet, or its actors are still starting)")
@@ -142,6 +170,7 @@ class DirectPrefetcher:
         self._channels = channels
         self._stop = threading.Event()
         self._last_failure = ""
+        self._shared_memory = shared_memory and shared_memory_available()
         for address in addresses:
             self._add_sender(address)
         if list_decoders is not None:
@@ -155,7 +184,8 @@ class DirectPrefetcher:
         black-holed."""
         if address in self._senders:
             return
-        sender = _Sender(address, self._target, self._channels.get(address))
+        slots = SlotPool() if self._shared_memory and is_local_address(address) else None
+        sender = _Sender(address, self._target, self._channels.get(address), slots)
         self._senders[address] = sender
         self._scheduler.add_sender(address)
         sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,
@@ -184,11 +214,14 @@ class DirectPrefetcher:
         failure: BaseException | None = None
         try:
             for view in sender.call:
+                shared = view.shared is not None
+                view = sender.unwrap(view)
                 converted = (BatchHeader(view.epoch, view.step, view.replaced_samples), self._convert(view))
                 nbytes = sum(t.numel() * t.element_size() for t in converted[1].values())
                 del view  # the tensors keep what they need of the message
                 with self._cond:
                     if self._scheduler.received(sender.address, converted[0].step, nbytes):
+                        self._stats.shared_batches += shared
                         self._ready[converted[0].step] = converted
                         self._cond.notify_all()
                 del converted

@@ -78,6 +78,9 @@ class RemoteLoader:
             mid-epoch (default: `timeout`); the stream resumes at the next batch.
         tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
             SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
+        shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
+            instead of sending them through a socket (docs/data-plane.md); ``False``: always the
+            network path.
     """
 
     def __init__(
@@ -102,6 +105,7 @@ class RemoteLoader:
         connect_timeout: float = 30.0,
         reconnect_timeout: float | None = None,
         tls: TLS | None = None,
+        shared_memory: bool = True,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -115,6 +119,7 @@ class RemoteLoader:
         self.prefetch_bytes = prefetch_bytes or 0
         self.timeout = timeout
         self.pin_memory = self._resolve_pin(pin_memory)
+        self.shared_memory = shared_memory
         self.epoch: int | None = None  # the epoch of the current or last iteration
         self._next_epoch: int | None = None
         self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
@@ -251,7 +256,7 @@ class RemoteLoader:
         self._decoder_channels.keep_only(self.job.batch_servers)
         return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
                                 self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
-                                self._decoder_channels, self.stats, self._list_decoders)
+                                self._decoder_channels, self.stats, self._list_decoders, self.shared_memory)
 
     def _list_decoders(self) -> list[str]:
         """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined."""

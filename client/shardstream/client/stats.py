@@ -24,6 +24,7 @@ class LoaderStats:
     wait_seconds: float = 0.0
     decoders_lost: int = 0  # direct data plane: decoder streams that failed under this loader
     steps_refetched: int = 0  # ... and the steps then asked of other decoders
+    shared_batches: int = 0  # batches a decoder on this host wrote into shared memory (not sent)
 
     def add_batch(self, tensors: dict[str, torch.Tensor]) -> None:
         self.batches += 1

@@ -10,6 +10,10 @@ they are built and read without a protobuf object in between:
 - ``encode_batch`` frames arrays that exist already (a transform's collated
   output): one copy into the message, no ``tobytes`` and no
   ``SerializeToString`` pass over the payload;
+- either can build the message in memory other than a new ``bytes`` object
+  (``allocate``): a rank's shared-memory slot when the decoder runs on the
+  rank's host, and the stream then carries only ``encode_shared``'s small
+  message naming the slot (docs/data-plane.md);
 - ``parse_batch`` walks the fields and returns each tensor's data as a
   ``memoryview`` into the received bytes: zero copies, so the client makes its
   single copy into (pinned) tensor memory.
@@ -19,8 +23,9 @@ No pickle anywhere: a tensor is (name, dtype, shape, raw little-endian bytes).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +36,9 @@ WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "f
 
 # Field numbers of Batch and Tensor in loader.proto.
 _BATCH_EPOCH, _BATCH_RANK, _BATCH_STEP, _BATCH_TENSORS, _BATCH_INDICES, _BATCH_REPLACED = 1, 2, 3, 4, 5, 6
+_BATCH_SHARED = 7
 _TENSOR_NAME, _TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_DATA = 1, 2, 3, 4
+_SHARED_SLOT, _SHARED_SIZE = 1, 2
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 _MASK64 = (1 << 64) - 1
 
@@ -59,6 +66,14 @@ class TensorView:
 
 
 @dataclass(frozen=True)
+class SharedRef:
+    """Where a batch written into shared memory is: the first `size` bytes of a rank's slot."""
+
+    slot: str
+    size: int
+
+
+@dataclass(frozen=True)
 class BatchView:
     epoch: int
     rank: int
@@ -67,6 +82,7 @@ class BatchView:
     sample_indices: tuple[int, ...]
     replaced_samples: int
     nbytes: int  # size of the whole message
+    shared: SharedRef | None = None  # set when the batch itself is in a shared-memory slot
 
 
 # ---------------------------------------------------------------- encoding
@@ -125,20 +141,27 @@ def _wire_dtype(name: str, dtype: np.dtype) -> np.dtype:
     return dtype.newbyteorder("<") if dtype.byteorder == ">" else dtype
 
 
+# size -> (the message object, a writable uint8 array of `size` bytes over it)
+Allocate = Callable[[int], tuple[Any, np.ndarray]]
+
+
 def encode_batch(epoch: int, rank: int, step: int, arrays: Mapping[str, np.ndarray],
-                 sample_indices: np.ndarray, replaced_samples: int = 0) -> bytes:
-    """A serialized ``Batch``; array buffers are joined in without an intermediate copy."""
-    parts: list[bytes | memoryview] = [_header(epoch, rank, step)]
+                 sample_indices: np.ndarray, replaced_samples: int = 0,
+                 allocate: Allocate = writable_bytes) -> Any:
+    """A serialized ``Batch`` (``bytes`` unless `allocate` says otherwise): each array copied once,
+    straight into the message."""
+    specs = [TensorSpec(name, array.dtype, array.shape) for name, array in arrays.items()]
+    frame = BatchFrame(FrameHeader(epoch, rank, step), specs, np.asarray(sample_indices, dtype=np.int64),
+                       replaced_samples, allocate)
     for name, array in arrays.items():
-        dtype = _wire_dtype(name, array.dtype)
-        if dtype != array.dtype:
-            array = array.astype(dtype)
-        if not array.flags.c_contiguous:
-            array = array.copy(order="C")
-        data = memoryview(array).cast("B") if array.size else memoryview(b"")  # type: ignore[arg-type]
-        parts += [_tensor_head(name, dtype, array.shape, len(data)), data]
-    parts.append(_trailer(sample_indices, replaced_samples))
-    return b"".join(parts)
+        np.copyto(frame.arrays[name], array, casting="equiv")
+    return frame.message
+
+
+def encode_shared(epoch: int, rank: int, step: int, where: SharedRef) -> bytes:
+    """The stream's message for a batch written into a shared-memory slot."""
+    ref = _len_field(_SHARED_SLOT, where.slot.encode()) + _int_field(_SHARED_SIZE, where.size)
+    return _header(epoch, rank, step) + _len_field(_BATCH_SHARED, ref)
 
 
 @dataclass(frozen=True)
@@ -169,12 +192,14 @@ class BatchFrame:
     ``arrays`` holds a writable array over each tensor's data inside
     ``message``; once every one is filled (and dropped), ``message`` is the
     same bytes ``encode_batch`` would give for those values, ready to send.
+    `allocate` gives the memory (a new ``bytes`` object by default) and what
+    ``message`` is.
     The data of a tensor starts wherever its header ends: not aligned for its
     dtype in general, which numpy handles on either side.
     """
 
     def __init__(self, header: FrameHeader, tensors: Sequence[TensorSpec], sample_indices: np.ndarray,
-                 replaced_samples: int = 0) -> None:
+                 replaced_samples: int = 0, allocate: Allocate = writable_bytes) -> None:
         heads, specs = [], []
         for spec in tensors:
             spec = TensorSpec(spec.name, _wire_dtype(spec.name, np.dtype(spec.dtype)), tuple(spec.shape))
@@ -184,7 +209,7 @@ class BatchFrame:
             raise ValueError(f"tensor names repeat: {[spec.name for spec in specs]}")
         first, last = _header(header.epoch, header.rank, header.step), _trailer(sample_indices, replaced_samples)
         size = len(first) + sum(len(h) + spec.nbytes for h, spec in zip(heads, specs, strict=True)) + len(last)
-        self.message, whole = writable_bytes(size)
+        self.message, whole = allocate(size)
         self.arrays: dict[str, np.ndarray] = {}
         position = _put(whole, 0, first)
         for head, spec in zip(heads, specs, strict=True):
@@ -272,12 +297,13 @@ def _parse_tensor(buf: memoryview) -> TensorView:
     return TensorView(name=name, dtype=dtype, shape=tuple(shape), data=data)
 
 
-def parse_batch(message: bytes) -> BatchView:
+def parse_batch(message: bytes | memoryview) -> BatchView:
     """Read a serialized ``Batch`` without copying tensor data."""
     buf = memoryview(message)
     ints = {_BATCH_EPOCH: 0, _BATCH_RANK: 0, _BATCH_STEP: 0, _BATCH_REPLACED: 0}
     tensors: list[TensorView] = []
     indices: list[int] = []
+    shared: SharedRef | None = None
     for field, _wire_type, value in _fields(buf):
         if field in ints and isinstance(value, int):
             ints[field] = _signed(value)
@@ -285,10 +311,24 @@ def parse_batch(message: bytes) -> BatchView:
             tensors.append(_parse_tensor(value))
         elif field == _BATCH_INDICES:
             indices += _unpack(value) if isinstance(value, memoryview) else [_signed(value)]
+        elif field == _BATCH_SHARED and isinstance(value, memoryview):
+            shared = _parse_shared(value)
     return BatchView(epoch=ints[_BATCH_EPOCH], rank=ints[_BATCH_RANK], step=ints[_BATCH_STEP],
                      tensors=tuple(tensors), sample_indices=tuple(indices),
-                     replaced_samples=ints[_BATCH_REPLACED], nbytes=len(buf))
+                     replaced_samples=ints[_BATCH_REPLACED], nbytes=len(buf), shared=shared)
 
 
-__all__ = ["WIRE_DTYPES", "BatchFrame", "BatchView", "FrameHeader", "TensorSpec", "TensorView", "WireError",
-           "encode_batch", "parse_batch"]
+def _parse_shared(buf: memoryview) -> SharedRef:
+    slot, size = "", -1
+    for field, _wire_type, value in _fields(buf):
+        if field == _SHARED_SLOT and isinstance(value, memoryview):
+            slot = bytes(value).decode()
+        elif field == _SHARED_SIZE and isinstance(value, int):
+            size = _signed(value)
+    if not slot or size < 0:
+        raise WireError(f"a shared batch must name its slot and size (got {slot!r}, {size})")
+    return SharedRef(slot, size)
+
+
+__all__ = ["WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "FrameHeader", "SharedRef", "TensorSpec",
+           "TensorView", "WireError", "encode_batch", "encode_shared", "parse_batch"]

@@ -27,12 +27,14 @@ class FetchOpen(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
 
 class Want(_message.Message):
-    __slots__ = ("step", "max_bytes")
+    __slots__ = ("step", "max_bytes", "slot")
     STEP_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
     step: int
     max_bytes: int
-    def __init__(self, step: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
+    slot: str
+    def __init__(self, step: _Optional[int] = ..., max_bytes: _Optional[int] = ..., slot: _Optional[str] = ...) -> None: ...
 
 class FetchControl(_message.Message):
     __slots__ = ("open", "want")
@@ -117,20 +119,30 @@ class Tensor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("epoch", "rank", "step", "tensors", "sample_indices", "replaced_samples")
+    __slots__ = ("epoch", "rank", "step", "tensors", "sample_indices", "replaced_samples", "shared")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     TENSORS_FIELD_NUMBER: _ClassVar[int]
     SAMPLE_INDICES_FIELD_NUMBER: _ClassVar[int]
     REPLACED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SHARED_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     rank: int
     step: int
     tensors: _containers.RepeatedCompositeFieldContainer[Tensor]
     sample_indices: _containers.RepeatedScalarFieldContainer[int]
     replaced_samples: int
-    def __init__(self, epoch: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., sample_indices: _Optional[_Iterable[int]] = ..., replaced_samples: _Optional[int] = ...) -> None: ...
+    shared: SharedBatch
+    def __init__(self, epoch: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., sample_indices: _Optional[_Iterable[int]] = ..., replaced_samples: _Optional[int] = ..., shared: _Optional[_Union[SharedBatch, _Mapping]] = ...) -> None: ...
+
+class SharedBatch(_message.Message):
+    __slots__ = ("slot", "size")
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    slot: str
+    size: int
+    def __init__(self, slot: _Optional[str] = ..., size: _Optional[int] = ...) -> None: ...
 
 class GetStatusRequest(_message.Message):
     __slots__ = ()

@@ -29,15 +29,18 @@ from shardstream.proto.errors import (
     ShardstreamError,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import encode_batch
+from shardstream.proto.wire import Allocate, SharedRef, encode_batch, encode_shared
+from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.config import ServeSettings
 from shardstream.service.node.batching import DecodedBatch
+from shardstream.service.node.shared_slots import StreamSlots
 from shardstream.service.server_options import SERVER_OPTIONS
 
 log = logging.getLogger(__name__)
 
-# (job id, epoch, rank, step) -> the decoded batch; raises ShardstreamError (unknown job, bad step).
-DecodeStep = Callable[[str, int, int, int], DecodedBatch]
+# (job id, epoch, rank, step, where to frame it) -> the decoded batch; raises ShardstreamError
+# (unknown job, bad step).
+DecodeStep = Callable[[str, int, int, int, Allocate], DecodedBatch]
 # (job id, epoch, rank, step, samples, message bytes): a batch handed to gRPC for sending.
 OnSent = Callable[[str, int, int, int, int, int], None]
 
@@ -142,33 +145,48 @@ class BatchServer:
     async def _serve(self, requests: AsyncIterator[Any], opened: pb.FetchOpen,
                      loop: asyncio.AbstractEventLoop) -> AsyncIterator[bytes]:
         """The batches of one opened stream, one per want, in the order asked."""
-        async for control in requests:
-            if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
-                raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
-            want = control.want
-            self.queued += 1
-            try:
-                decoded = await asyncio.wait_for(loop.run_in_executor(
-                    self._decoder, self._decode_step, opened.job_id, opened.epoch, opened.rank, want.step),
-                    self._decode_timeout_s)
-            except TimeoutError:
-                raise DeadlineExceeded(
-                    f"decoding batch {want.step} of job {opened.job_id} (epoch {opened.epoch}, rank "
-                    f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
-            finally:
-                self.queued -= 1
-            message = decoded.message  # framed where it was decoded: no copy here
-            if message is None:
-                message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
-                                       decoded.replaced)
-            if want.max_bytes and len(message) > want.max_bytes:
-                raise InvalidJobSpec(
-                    f"batch {want.step} is {len(message)} bytes, more than the {want.max_bytes} bytes "
-                    "the rank's window allows: raise the client's prefetch_bytes")
-            if self._on_sent is not None:
-                self._on_sent(opened.job_id, opened.epoch, opened.rank, want.step, len(decoded.indices),
-                              len(message))
-            yield message
+        slots = StreamSlots()  # the rank's shared-memory slots, when it offers them (shared_slots.py)
+        try:
+            async for control in requests:
+                if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
+                    raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
+                want = control.want
+                allocate = slots.allocator(want.slot) if want.slot else writable_bytes
+                decoded = await self._decode(opened, want.step, allocate, loop)
+                message = decoded.message  # framed where it was decoded: no copy here
+                if message is None:
+                    message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
+                                           decoded.replaced, allocate)
+                size = message.size if isinstance(message, SharedRef) else len(message)
+                if want.max_bytes and size > want.max_bytes:
+                    raise InvalidJobSpec(
+                        f"batch {want.step} is {size} bytes, more than the {want.max_bytes} bytes "
+                        "the rank's window allows: raise the client's prefetch_bytes")
+                if isinstance(message, SharedRef):
+                    message = encode_shared(opened.epoch, opened.rank, want.step, message)
+                if self._on_sent is not None:
+                    self._on_sent(opened.job_id, opened.epoch, opened.rank, want.step, len(decoded.indices), size)
+                del decoded
+                yield message
+        finally:
+            try:  # after any decode still running for this stream: its fds must not be reused under it
+                self._decoder.submit(slots.close)
+            except RuntimeError:  # the server is stopping, and the process with it
+                pass
+
+    async def _decode(self, opened: pb.FetchOpen, step: int, allocate: Allocate,
+                      loop: asyncio.AbstractEventLoop) -> DecodedBatch:
+        self.queued += 1
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(
+                self._decoder, self._decode_step, opened.job_id, opened.epoch, opened.rank, step, allocate),
+                self._decode_timeout_s)
+        except TimeoutError:
+            raise DeadlineExceeded(
+                f"decoding batch {step} of job {opened.job_id} (epoch {opened.epoch}, rank "
+                f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
+        finally:
+            self.queued -= 1
 
 
 def _describe_ports(host: str, ports: Sequence[int]) -> str:

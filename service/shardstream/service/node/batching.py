@@ -22,7 +22,8 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
-from shardstream.proto.wire import BatchFrame, FrameHeader
+from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader
+from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import ShardReader
@@ -56,7 +57,9 @@ class DecodedBatch:
     replaced: int = 0
     decode_seconds: float = 0.0
     reads: ReadCounters = field(default_factory=ReadCounters)  # what reading it cost the actor
-    message: bytes | None = None  # the serialized Batch when the batch was collated into it; `arrays` view it
+    # The serialized Batch when the batch was collated into it (bytes, or where `allocate` put
+    # it: wire.SharedRef); `arrays` view it.
+    message: Any = None
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,14 +67,15 @@ class DecodedBatch:
 
 
 def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform | None,
-                 epoch: int, indices: np.ndarray, header: FrameHeader | None = None) -> DecodedBatch:
-    """The batch of these sample indices, collated into the message of `header` when it is given
-    (see the module's docstring for when it is not)."""
+                 epoch: int, indices: np.ndarray, header: FrameHeader | None = None,
+                 allocate: Allocate = writable_bytes) -> DecodedBatch:
+    """The batch of these sample indices, collated into the message of `header` (in memory from
+    `allocate`) when it is given (see the module's docstring for when it is not)."""
     if transform is None:
         pieces = reader.pieces(indices)
         if header is None:
             return DecodedBatch(arrays=gather_arrays(pieces, len(indices)), indices=np.asarray(indices))
-        frame = BatchFrame(header, column_specs(pieces, len(indices)), np.asarray(indices))
+        frame = BatchFrame(header, column_specs(pieces, len(indices)), np.asarray(indices), 0, allocate)
         return DecodedBatch(arrays=gather_arrays(pieces, len(indices), out=frame.arrays),
                             indices=np.asarray(indices), message=frame.message)
     table = reader.read(indices)
@@ -97,18 +101,18 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     if own_collate is not None:
         return DecodedBatch(arrays=own_collate(samples), indices=used, replaced=replaced)
     if header is not None and samples and samples[0]:
-        framed = _collate_framed(samples, header, used, replaced)
+        framed = _collate_framed(samples, header, used, replaced, allocate)
         if framed is not None:
             return framed
     return DecodedBatch(arrays=collate(samples), indices=used, replaced=replaced)
 
 
 def _collate_framed(samples: list[dict[str, Any]], header: FrameHeader, used: np.ndarray,
-                    replaced: int) -> DecodedBatch | None:
+                    replaced: int, allocate: Allocate) -> DecodedBatch | None:
     """The samples stacked into the message of `header`; None when they cannot be (shapes that
     differ, a dtype that cannot travel): collate without a frame then says what is wrong."""
     try:
-        frame = BatchFrame(header, collated_specs(samples), used, replaced)
+        frame = BatchFrame(header, collated_specs(samples), used, replaced, allocate)
         arrays = collate(samples, out=frame.arrays)
     except (TypeError, ValueError):
         return None

@@ -22,7 +22,8 @@ import numpy as np
 import ray
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound
-from shardstream.proto.wire import FrameHeader
+from shardstream.proto.wire import Allocate, FrameHeader
+from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.config import ServeSettings
 from shardstream.service.node.actor_report import DirectReport, JobServed
@@ -94,8 +95,10 @@ class DecodeWorker:
             self._jobs.setdefault(job_id, (job, reader, transform))
         log.info("decode worker opened job %s", job_id)
 
-    def decode_step(self, job_id: str, epoch: int, rank: int, step: int) -> DecodedBatch:
-        """Step `step` of `rank` in `epoch`, planned here (the batch server's path)."""
+    def decode_step(self, job_id: str, epoch: int, rank: int, step: int,
+                    allocate: Allocate = writable_bytes) -> DecodedBatch:
+        """Step `step` of `rank` in `epoch`, planned here and framed into what `allocate` gives
+        (the batch server's path)."""
         with self._lock:
             entry = self._jobs.get(job_id)
         if entry is None:
@@ -105,7 +108,7 @@ class DecodeWorker:
             raise InvalidJobSpec(f"job {job_id!r} carries no sampling spec to plan its steps with")
         check_step(job.sampling, epoch, rank, step)
         batch = self._decode(job_id, epoch, self._plans.get(job.sampling, epoch, job_id).batch_indices(rank, step),
-                             FrameHeader(epoch, rank, step))
+                             FrameHeader(epoch, rank, step), allocate)
         with self._lock:
             self._report.reads.add(batch.reads)
             self._report.decode_seconds.append(batch.decode_seconds)
@@ -130,12 +133,12 @@ class DecodeWorker:
         """host:port of this actor's batch server (FetchBatches)."""
         return self._batch_server.address
 
-    def _decode(self, job_id: str, epoch: int, indices: np.ndarray,
-                header: FrameHeader | None = None) -> DecodedBatch:
+    def _decode(self, job_id: str, epoch: int, indices: np.ndarray, header: FrameHeader | None = None,
+                allocate: Allocate = writable_bytes) -> DecodedBatch:
         with self._lock:
             job, reader, transform = self._jobs[job_id]
         started = time.perf_counter()
-        batch = decode_batch(job, reader, transform, epoch, indices, header)  # columns come framed to send
+        batch = decode_batch(job, reader, transform, epoch, indices, header, allocate)  # framed to send
         batch.decode_seconds = time.perf_counter() - started
         batch.reads = self._counters.take_delta()
         return batch
