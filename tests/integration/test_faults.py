@@ -71,10 +71,11 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def run_epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int, fault,  # type: ignore[no-untyped-def]
-                         recovered: Recovered, prefetch: int = 6, slow: dict[str, object] = SLOW) -> list[list[int]]:
+                         recovered: Recovered, prefetch: int = 6, slow: dict[str, object] = SLOW,
+                         shared_memory: bool = True) -> list[list[int]]:
     with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=3, world_size=WORLD, rank=rank,
-                      prefetch=prefetch, columns=["idx"], job_name=f"faults-{fault.__name__}",
-                      **slow) as loader:  # type: ignore[arg-type]
+                      prefetch=prefetch, columns=["idx"], job_name=f"faults-{fault.__name__}-{shared_memory}",
+                      shared_memory=shared_memory, **slow) as loader:  # type: ignore[arg-type]
         loader.set_epoch(1)
         return _drive(loader, {fault_after: fault}, recovered)
 
@@ -162,7 +163,11 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
 
 
 @pytest.mark.slow
-def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], dataset: str) -> None:
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "network"])
+def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], dataset: str,
+                                shared_memory: bool) -> None:
+    """The decode node's actor goes with it, holding steps: on either path (its batches written into
+    the rank's shared memory, or sent) they are decoded again elsewhere."""
     running, address = service
     spare = cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
     deadline = time.monotonic() + 60
@@ -178,7 +183,7 @@ def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], 
         # The whole epoch (15 steps) in the window at once and 0.4 s per batch: when the node goes,
         # its decoder still holds steps (a window already full would leave it nothing in flight).
         got = run_epoch_with_fault(address, dataset, 1, 0, remove_a_decode_node, recovered, prefetch=15,
-                                   slow={**SLOW, "transform_args": {"delay_s": 0.1}})
+                                   slow={**SLOW, "transform_args": {"delay_s": 0.1}}, shared_memory=shared_memory)
         assert got == oracle_batches(N, WORLD, 1, BATCH, True, 3, False, 1)
         assert recovered, running.pool.status()
     finally:  # the next test expects the module's two decode nodes, whatever happened here
