@@ -14,7 +14,7 @@ from tests.chart.chart import CHART_DIR, ROOT, default_values, render
 # Fields the chart sets from its own values instead of `config.*`.
 CHART_OWNED = {"host", "port", "ray_address", "metrics_port", "object_store_memory",
                "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir", "data_port_base",
-               "data_ports"}
+               "data_ports", "prepared_cache_memory_dir", "prepared_cache_disk_dir"}
 FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
 
 
@@ -56,13 +56,16 @@ def test_the_configmap_loads_into_the_service_config() -> None:
               "row_group_cache_bytes": 3 << 30, "local_copy_bytes": 200 << 30,
               "max_message_bytes": 1 << 28, "grpc_workers": 16,
               "max_request_bytes": 1 << 20, "job_idle_ttl_s": 90.0,
-              "max_abandoned_storage_calls": 5}
+              "max_abandoned_storage_calls": 5, "prepared_cache_memory_bytes": 8 << 30,
+              "prepared_cache_disk_bytes": 100 << 30}
     assert set(config) == set(default_values()["config"]), "exercise every config value"
     data = render({"config": config, "service": {"port": 6001}, "metrics": {"port": 9300},
                    "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy"}}}).config_map
     loaded = ServiceConfig.load(environ=data)
     expected = ServiceConfig(host="0.0.0.0", port=6001, ray_address="auto", metrics_port=9300,
                              local_copy_dir="/mnt/ssd/copy", data_port_base=52000, data_ports=16,
+                             prepared_cache_memory_dir="/dev/shm/shardstream-prepared",
+                             prepared_cache_disk_dir="/mnt/ssd/copy/prepared-samples",
                              **{k: _as_field_value(v) for k, v in config.items()})
     assert loaded == expected
 
@@ -71,7 +74,9 @@ def test_default_configmap_keeps_the_service_defaults() -> None:
     loaded = ServiceConfig.load(environ=render().config_map)
     mount_path = default_values()["decode"]["localCopy"]["mountPath"]
     assert loaded == ServiceConfig(host="0.0.0.0", port=50051, ray_address="auto", metrics_port=9090,
-                                   local_copy_dir=mount_path, data_port_base=52000, data_ports=4)
+                                   local_copy_dir=mount_path, data_port_base=52000, data_ports=4,
+                                   prepared_cache_memory_dir="/dev/shm/shardstream-prepared",
+                                   prepared_cache_disk_dir=f"{mount_path}/prepared-samples")
     assert loaded.local_copy_bytes == 64 * 2**30 > 0  # on by default, in the decode workers' volume
     loaded = ServiceConfig.load(environ=render({"metrics": {"enabled": False}}).config_map)
     assert loaded.metrics_port is None

@@ -42,6 +42,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                        "(default: $TMPDIR/shardstream-local-copy)")
     serve.add_argument("--local-copy-bytes", type=int, help="bound of each node's local copy in bytes "
                        "(default 64 GiB; 0: off, every read goes to storage)")
+    serve.add_argument("--prepared-cache-memory-bytes", type=int, help="each decode node's memory tier of "
+                       "prepared samples, in bytes (default 0: off)")
+    serve.add_argument("--prepared-cache-memory-dir", help="a tmpfs directory for it (default: "
+                       "/dev/shm/shardstream-prepared)")
+    serve.add_argument("--prepared-cache-disk-bytes", type=int, help="each decode node's disk tier of "
+                       "prepared samples, in bytes (default 0: off)")
+    serve.add_argument("--prepared-cache-disk-dir", help="a local-disk directory for it (default: "
+                       "$TMPDIR/shardstream-prepared)")
     serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port (0: any free)")
     serve.add_argument("--port-file", help="write the bound port here once serving")
     serve.add_argument("--tls-cert", dest="tls_cert_file", metavar="PEM",
@@ -86,7 +94,8 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = {k: getattr(args, k) for k in (
         "host", "port", "ray_address", "num_decoders", "decoder_cpus",
         "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir",
-        "local_copy_bytes", "data_port_base", "data_ports")}
+        "local_copy_bytes", "data_port_base", "data_ports", "prepared_cache_memory_bytes",
+        "prepared_cache_memory_dir", "prepared_cache_disk_bytes", "prepared_cache_disk_dir")}
     for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
         if getattr(args, repeated):
             overrides[repeated] = tuple(getattr(args, repeated))
@@ -147,7 +156,18 @@ def _reads_line(r: Any) -> str:
     return (f"read {r.storage_bytes_read / 1e6:,.1f} MB from storage ({r.storage_row_groups_read} row "
             f"group(s)); hits: memory {rate(r.memory_hits, r.memory_misses)} of "
             f"{r.memory_hits + r.memory_misses}, local disk {rate(r.disk_hits, r.disk_misses)} of "
-            f"{r.disk_hits + r.disk_misses}; local copy {r.disk_bytes / 1e6:,.1f} MB")
+            f"{r.disk_hits + r.disk_misses}; local copy {r.disk_bytes / 1e6:,.1f} MB" + _prepared_text(r))
+
+
+def _prepared_text(r: Any) -> str:
+    """The node's prepared-sample cache, when it was asked for samples."""
+    looked = r.prepared_memory_hits + r.prepared_disk_hits + r.prepared_misses
+    if not looked and not (r.prepared_memory_bytes or r.prepared_disk_bytes):
+        return ""
+    hit = (r.prepared_memory_hits + r.prepared_disk_hits) / looked if looked else 0.0
+    return (f"; prepared samples: {hit:.1%} of {looked} found (memory {r.prepared_memory_hits}, disk "
+            f"{r.prepared_disk_hits}), {r.prepared_memory_bytes / 1e6:,.1f} MB in memory, "
+            f"{r.prepared_disk_bytes / 1e6:,.1f} MB on disk")
 
 
 if __name__ == "__main__":

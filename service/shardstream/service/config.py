@@ -38,6 +38,12 @@ class ServiceConfig:
     row_group_cache_bytes: int = 256 * 2**20  # per decode actor, in memory
     local_copy_dir: str = ""  # per decode node: the row groups it read, on local disk; "": $TMPDIR/...
     local_copy_bytes: int = 64 * 2**30  # bound of that local copy; 0: off (misses read storage)
+    # Per decode node, what transforms' `prepare` made of each sample (node/prepared_cache.py): a
+    # memory tier (a tmpfs) and a disk tier, each bounded; 0: off. "": the default directories.
+    prepared_cache_memory_bytes: int = 0
+    prepared_cache_memory_dir: str = ""  # "": /dev/shm/shardstream-prepared
+    prepared_cache_disk_bytes: int = 0
+    prepared_cache_disk_dir: str = ""  # "": $TMPDIR/shardstream-prepared
     max_message_bytes: int = 1 << 30  # largest batch message a decode actor sends
     max_request_bytes: int = 16 << 20  # largest request accepted (RESOURCE_EXHAUSTED above)
     job_idle_ttl_s: float = 3600.0  # a job with no open stream for this long is forgotten
@@ -77,6 +83,8 @@ class ServiceConfig:
                              f"{self.data_port_base + self.data_ports - 1}")
         if self.local_copy_bytes < 0 or self.row_group_cache_bytes < 0:
             raise ValueError("local_copy_bytes and row_group_cache_bytes must be >= 0")
+        if self.prepared_cache_memory_bytes < 0 or self.prepared_cache_disk_bytes < 0:
+            raise ValueError("prepared_cache_memory_bytes and prepared_cache_disk_bytes must be >= 0")
         if self.max_abandoned_storage_calls < 1:
             raise ValueError("max_abandoned_storage_calls must be >= 1")
 

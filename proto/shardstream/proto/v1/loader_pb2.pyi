@@ -185,7 +185,7 @@ class DecoderStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., in_flight: _Optional[int] = ..., decoded: _Optional[int] = ...) -> None: ...
 
 class NodeReads(_message.Message):
-    __slots__ = ("node_id", "storage_bytes_read", "storage_row_groups_read", "memory_hits", "memory_misses", "disk_hits", "disk_misses", "disk_bytes")
+    __slots__ = ("node_id", "storage_bytes_read", "storage_row_groups_read", "memory_hits", "memory_misses", "disk_hits", "disk_misses", "disk_bytes", "prepared_memory_hits", "prepared_disk_hits", "prepared_misses", "prepared_memory_bytes", "prepared_disk_bytes")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STORAGE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     STORAGE_ROW_GROUPS_READ_FIELD_NUMBER: _ClassVar[int]
@@ -194,6 +194,11 @@ class NodeReads(_message.Message):
     DISK_HITS_FIELD_NUMBER: _ClassVar[int]
     DISK_MISSES_FIELD_NUMBER: _ClassVar[int]
     DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_MEMORY_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_DISK_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_MISSES_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     storage_bytes_read: int
     storage_row_groups_read: int
@@ -202,7 +207,12 @@ class NodeReads(_message.Message):
     disk_hits: int
     disk_misses: int
     disk_bytes: int
-    def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ...) -> None: ...
+    prepared_memory_hits: int
+    prepared_disk_hits: int
+    prepared_misses: int
+    prepared_memory_bytes: int
+    prepared_disk_bytes: int
+    def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., prepared_memory_hits: _Optional[int] = ..., prepared_disk_hits: _Optional[int] = ..., prepared_misses: _Optional[int] = ..., prepared_memory_bytes: _Optional[int] = ..., prepared_disk_bytes: _Optional[int] = ...) -> None: ...
 
 class ServiceStatus(_message.Message):
     __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status", "node_reads")

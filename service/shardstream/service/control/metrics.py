@@ -119,6 +119,14 @@ class _StateCollector(Collector):
         misses = CounterMetricFamily("shardstream_cache_misses", "Row groups a cache tier did not hold",
                                      labels=["tier", "node"])
         cached = GaugeMetricFamily("shardstream_cache_bytes", "Bytes a cache tier holds", labels=["tier", "node"])
+        prepared_hits = CounterMetricFamily("shardstream_prepared_cache_hits",
+                                            "Samples found prepared in a tier of the node's prepared-sample cache",
+                                            labels=["tier", "node"])
+        prepared_misses = CounterMetricFamily("shardstream_prepared_cache_misses",
+                                              "Samples read and prepared with the prepared-sample cache on",
+                                              labels=["node"])
+        prepared_bytes = GaugeMetricFamily("shardstream_prepared_cache_bytes",
+                                           "Bytes a tier of the prepared-sample cache holds", labels=["tier", "node"])
         for node, reads in sorted(self.pool.reads_by_node().items()):
             storage.add_metric([node], reads.storage_bytes)
             groups.add_metric([node], reads.storage_reads)
@@ -126,7 +134,11 @@ class _StateCollector(Collector):
                 hits.add_metric([tier, node], reads.hits(tier))
                 misses.add_metric([tier, node], reads.misses(tier))
             cached.add_metric(["disk", node], reads.disk_bytes)
-        yield from (storage, groups, hits, misses, cached)
+            for tier in TIERS:
+                prepared_hits.add_metric([tier, node], getattr(reads, f"prepared_{tier}_hits"))
+                prepared_bytes.add_metric([tier, node], getattr(reads, f"prepared_{tier}_bytes"))
+            prepared_misses.add_metric([node], reads.prepared_misses)
+        yield from (storage, groups, hits, misses, cached, prepared_hits, prepared_misses, prepared_bytes)
 
 
 __all__ = ["ServiceMetrics"]

@@ -97,7 +97,9 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     credentials = server_credentials(config)  # first: unreadable TLS files fail before anything starts
     keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
     pool = DecodePool(config.num_decoders, config.decoder_cpus, ReadSettings(
-        config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes),
+        config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes,
+        config.prepared_cache_memory_dir, config.prepared_cache_memory_bytes,
+        config.prepared_cache_disk_dir, config.prepared_cache_disk_bytes),
         serving=config.batch_serving, tls=TlsFiles.of(config))
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes))

@@ -142,7 +142,10 @@ class LoaderServicer(pb_grpc.LoaderServicer):
 def _node_reads(node: str, r: ReadCounters) -> pb.NodeReads:
     return pb.NodeReads(node_id=node, storage_bytes_read=r.storage_bytes, storage_row_groups_read=r.storage_reads,
                         memory_hits=r.memory_hits, memory_misses=r.memory_misses, disk_hits=r.disk_hits,
-                        disk_misses=r.disk_misses, disk_bytes=r.disk_bytes)
+                        disk_misses=r.disk_misses, disk_bytes=r.disk_bytes,
+                        prepared_memory_hits=r.prepared_memory_hits, prepared_disk_hits=r.prepared_disk_hits,
+                        prepared_misses=r.prepared_misses, prepared_memory_bytes=r.prepared_memory_bytes,
+                        prepared_disk_bytes=r.prepared_disk_bytes)
 
 
 def _job_status(job: Job, streaming: int) -> pb.JobStatus:

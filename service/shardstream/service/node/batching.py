@@ -1,7 +1,8 @@
 """One batch from global indices: read rows, prepare, augment, collate.
 
 Pure given its inputs: the same (job, epoch, indices) yields the same arrays
-on any actor. Corrupt samples either fail the batch naming file and row, or
+on any actor, whether a sample's ``prepare`` output comes from the node's
+prepared-sample cache (prepared_cache.py) or is made here. Corrupt samples either fail the batch naming file and row, or
 are replaced by the next readable sample in global order (deterministic) and
 counted.
 
@@ -15,6 +16,7 @@ dtype cannot travel), are framed by the batch server, with one copy more.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,12 +27,15 @@ from shardstream.proto.errors import CorruptSample
 from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.transforms import SampleTransform, collate, sample_rng
 from shardstream.service.transforms.base import collated_specs
 from shardstream.service.transforms.columns import column_specs, gather_arrays
+
+log = logging.getLogger(__name__)
 
 MAX_REPLACEMENT_TRIES = 64
 
@@ -68,9 +73,10 @@ class DecodedBatch:
 
 def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform | None,
                  epoch: int, indices: np.ndarray, header: FrameHeader | None = None,
-                 allocate: Allocate = writable_bytes) -> DecodedBatch:
+                 allocate: Allocate = writable_bytes, prepared_samples: JobSamples | None = None) -> DecodedBatch:
     """The batch of these sample indices, collated into the message of `header` (in memory from
-    `allocate`) when it is given (see the module's docstring for when it is not)."""
+    `allocate`) when it is given (see the module's docstring for when it is not). Samples the
+    node's prepared-sample cache holds skip reading and ``prepare``; the others are added to it."""
     if transform is None:
         pieces = reader.pieces(indices)
         if header is None:
@@ -78,14 +84,20 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         frame = BatchFrame(header, column_specs(pieces, len(indices)), np.asarray(indices), 0, allocate)
         return DecodedBatch(arrays=gather_arrays(pieces, len(indices), out=frame.arrays),
                             indices=np.asarray(indices), message=frame.message)
-    table = reader.read(indices)
-    samples: list[dict[str, Any]] = []
     used = np.array(indices, dtype=np.int64, copy=True)
+    prepared = _cached(prepared_samples, used)
+    missing = [position for position in range(len(used)) if position not in prepared]
+    rows = dict(zip(missing, reader.read(used[missing]).to_pylist(), strict=True)) if missing else {}
+    samples: list[dict[str, Any]] = []
     replaced = 0
-    for position, row in enumerate(table.to_pylist()):
+    for position in range(len(used)):
         index = int(used[position])
         try:
-            samples.append(_apply(transform, row, job.seed, epoch, index))
+            sample = prepared.get(position)
+            if sample is None:
+                sample = _prepare(transform, rows.pop(position))
+                _keep(prepared_samples, index, sample)
+            samples.append(_augment(transform, sample, job.seed, epoch, index))
         except Exception as exc:
             if job.on_corrupt != "skip":
                 url, row_in_shard = job.index.locate(index)
@@ -119,12 +131,43 @@ def _collate_framed(samples: list[dict[str, Any]], header: FrameHeader, used: np
     return DecodedBatch(arrays=arrays, indices=used, replaced=replaced, message=frame.message)
 
 
+def _cached(prepared_samples: JobSamples | None, indices: np.ndarray) -> dict[int, dict[str, Any]]:
+    """position in the batch -> the sample as prepared earlier, for those the node's cache holds."""
+    if prepared_samples is None:
+        return {}
+    found = {}
+    for position, index in enumerate(indices):
+        sample = prepared_samples.get(int(index))
+        if sample is not None:
+            found[position] = sample
+    return found
+
+
+def _keep(prepared_samples: JobSamples | None, index: int, sample: dict[str, Any]) -> None:
+    """Add a freshly prepared sample to the node's cache (before augment, which may change it in
+    place); a cache that fails costs a warning, never the batch."""
+    if prepared_samples is None:
+        return
+    try:
+        prepared_samples.put(index, sample)
+    except Exception:
+        log.warning("cannot cache prepared sample %d", index, exc_info=True)
+
+
+def _prepare(transform: SampleTransform, row: dict[str, Any]) -> dict[str, Any]:
+    prepare = getattr(transform, "prepare", None)
+    return prepare(row) if prepare else row
+
+
+def _augment(transform: SampleTransform, sample: dict[str, Any], seed: int, epoch: int,
+             index: int) -> dict[str, Any]:
+    augment = getattr(transform, "augment", None)
+    return augment(sample, sample_rng(seed, epoch, index)) if augment else sample
+
+
 def _apply(transform: SampleTransform, row: dict[str, Any], seed: int, epoch: int,
            index: int) -> dict[str, Any]:
-    prepare = getattr(transform, "prepare", None)
-    augment = getattr(transform, "augment", None)
-    sample = prepare(row) if prepare else row
-    return augment(sample, sample_rng(seed, epoch, index)) if augment else sample
+    return _augment(transform, _prepare(transform, row), seed, epoch, index)
 
 
 def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform, epoch: int,

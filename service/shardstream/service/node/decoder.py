@@ -30,6 +30,11 @@ from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batch_server import BatchServer
 from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.node.local_copy import LocalCopy, default_directory
+from shardstream.service.node.prepared_cache import (
+    JobSamples,
+    open_prepared_cache,
+    prepare_identity,
+)
 from shardstream.service.node.read_counters import ReadCounters, SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
@@ -50,6 +55,11 @@ class ReadSettings:
     memory_bytes: int  # the actor's in-memory LRU of row groups
     local_copy_dir: str = ""  # "" : default_directory()
     local_copy_bytes: int = 0  # the node's local copy; 0: off, every miss reads storage
+    # The node's prepared-sample cache (prepared_cache.py): a memory and a disk tier; 0: off.
+    prepared_memory_dir: str = ""  # "": /dev/shm/shardstream-prepared
+    prepared_memory_bytes: int = 0
+    prepared_disk_dir: str = ""  # "": $TMPDIR/shardstream-prepared
+    prepared_disk_bytes: int = 0
 
 
 def _local_copy(settings: ReadSettings, counters: SharedReadCounters) -> LocalCopy | None:
@@ -74,7 +84,11 @@ class DecodeWorker:
         self._source = RowGroupSource(StorageReader(self._counters), RowGroupCache(settings.memory_bytes),
                                       local)
         self._loaders = ThreadPoolExecutor(ROW_GROUP_LOADERS, thread_name_prefix="shardstream-load")
+        self._prepared = open_prepared_cache(settings.prepared_memory_dir, settings.prepared_memory_bytes,
+                                             settings.prepared_disk_dir, settings.prepared_disk_bytes,
+                                             self._counters)
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None]] = {}
+        self._prepared_samples: dict[str, JobSamples] = {}  # job id -> its view of the cache
         self._plans = PlanCache(PLANS_KEPT)
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
@@ -91,8 +105,15 @@ class DecodeWorker:
         job: DecodeJob = ray.get(job_ref)
         reader = ShardReader(job.index, list(job.columns) or None, self._source, self._loaders)
         transform = build_transform(job.transform, job.transform_args, job.allowed_transform_modules)
+        prepared = None
+        if (self._prepared is not None and transform is not None and callable(getattr(transform, "prepare", None))
+                and getattr(transform, "cache_prepared", True)):
+            identity = prepare_identity(job.transform, job.transform_args, job.columns, transform)
+            prepared = self._prepared.for_job(job.index, identity)
         with self._lock:
             self._jobs.setdefault(job_id, (job, reader, transform))
+            if prepared is not None:
+                self._prepared_samples.setdefault(job_id, prepared)
         log.info("decode worker opened job %s", job_id)
 
     def decode_step(self, job_id: str, epoch: int, rank: int, step: int,
@@ -137,8 +158,9 @@ class DecodeWorker:
                 allocate: Allocate = writable_bytes) -> DecodedBatch:
         with self._lock:
             job, reader, transform = self._jobs[job_id]
+            prepared = self._prepared_samples.get(job_id)
         started = time.perf_counter()
-        batch = decode_batch(job, reader, transform, epoch, indices, header, allocate)  # framed to send
+        batch = decode_batch(job, reader, transform, epoch, indices, header, allocate, prepared)  # framed to send
         batch.decode_seconds = time.perf_counter() - started
         batch.reads = self._counters.take_delta()
         return batch
@@ -146,6 +168,7 @@ class DecodeWorker:
     def forget(self, job_id: str) -> None:
         with self._lock:
             self._jobs.pop(job_id, None)
+            self._prepared_samples.pop(job_id, None)
         self._plans.forget(job_id)
 
     def hello(self) -> tuple[str, str]:

@@ -2,8 +2,9 @@
 
 An actor sends the counters that grew since its last batch along with each
 batch (`ReadCounters.take_delta`), so the pool sums them per node without an
-extra call. The disk tier's size is a level, not a count: the newest report
-wins.
+extra call. The tiers' sizes are levels, not counts: the newest report wins.
+Two caches are counted: row groups (the actor's LRU, the node's local copy)
+and prepared samples (node/prepared_cache.py).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import threading
 from dataclasses import dataclass
 
 TIERS = ("memory", "disk")
+LEVELS = ("disk_bytes", "prepared_memory_bytes", "prepared_disk_bytes")
 
 
 @dataclass
@@ -24,14 +26,19 @@ class ReadCounters:
     disk_hits: int = 0  # row groups found in the node's local copy
     disk_misses: int = 0
     disk_bytes: int = 0  # level: bytes the node's local copy holds (last known)
+    prepared_memory_hits: int = 0  # samples found prepared in the node's memory tier
+    prepared_disk_hits: int = 0  # ... in its disk tier
+    prepared_misses: int = 0  # samples in neither tier (read and prepared), with the cache on
+    prepared_memory_bytes: int = 0  # levels: bytes each prepared-sample tier holds (last known)
+    prepared_disk_bytes: int = 0
 
     def add(self, other: ReadCounters) -> None:
-        """Sum `other` into these counters; the disk level is replaced where `other` knows it."""
+        """Sum `other` into these counters; levels are replaced where `other` knows them."""
         for f in dataclasses.fields(self):
-            if f.name != "disk_bytes":
+            if f.name not in LEVELS:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-        if other.disk_bytes:
-            self.disk_bytes = other.disk_bytes
+            elif getattr(other, f.name):
+                setattr(self, f.name, getattr(other, f.name))
 
     def hits(self, tier: str) -> int:
         return int(getattr(self, f"{tier}_hits"))
@@ -47,6 +54,7 @@ class SharedReadCounters:
         self._lock = threading.Lock()
         self._since_last = ReadCounters()
         self.disk_bytes = 0
+        self.prepared_bytes = (0, 0)  # (memory tier, disk tier)
 
     def count(self, **deltas: int) -> None:
         with self._lock:
@@ -57,12 +65,17 @@ class SharedReadCounters:
         with self._lock:
             self.disk_bytes = nbytes
 
+    def set_prepared_bytes(self, memory: int, disk: int) -> None:
+        with self._lock:
+            self.prepared_bytes = (memory, disk)
+
     def take_delta(self) -> ReadCounters:
-        """What grew since the last call (and the disk level), resetting the counts."""
+        """What grew since the last call (and the levels), resetting the counts."""
         with self._lock:
             delta, self._since_last = self._since_last, ReadCounters()
             delta.disk_bytes = self.disk_bytes
+            delta.prepared_memory_bytes, delta.prepared_disk_bytes = self.prepared_bytes
             return delta
 
 
-__all__ = ["TIERS", "ReadCounters", "SharedReadCounters"]
+__all__ = ["LEVELS", "TIERS", "ReadCounters", "SharedReadCounters"]

@@ -1,0 +1,154 @@
+"""The prepared-sample cache: one sample as a file, a tier's bound, keys, and batches bit-identical with it."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.node.batching import DecodeJob, decode_batch
+from shardstream.service.node.prepared_cache import (
+    PreparedCache,
+    SampleTier,
+    decode_sample,
+    encode_sample,
+    prepare_identity,
+)
+from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node.reader import ShardReader
+from shardstream.service.transforms import build_transform
+from tests.datasets import memory_reader, write_images
+
+IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
+
+
+def _bytes(parts: list[Any]) -> bytearray:
+    return bytearray(b"".join(bytes(p) for p in parts))
+
+
+def test_a_sample_reads_back_with_its_values_dtypes_and_python_types() -> None:
+    sample = {"image": np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)[:, ::-1], "label": 7,
+              "weight": 0.25, "keep": True, "score": np.float16(1.5), "empty": np.zeros((0, 4), np.int32)}
+    parts = encode_sample(sample)
+    assert parts is not None
+    back = decode_sample(_bytes(parts))
+    assert list(back) == list(sample)
+    np.testing.assert_array_equal(back["image"], sample["image"])
+    assert back["image"].dtype == np.uint8 and back["image"].flags.writeable
+    assert type(back["label"]) is int and back["label"] == 7
+    assert type(back["weight"]) is float and type(back["keep"]) is bool
+    assert isinstance(back["score"], np.float16) and back["score"] == np.float16(1.5)
+    assert back["empty"].shape == (0, 4) and back["empty"].dtype == np.int32
+
+
+def test_samples_holding_strings_are_not_cached() -> None:
+    assert encode_sample({"image": np.zeros(3, np.uint8), "path": "a.jpg"}) is None
+    assert encode_sample({"x": None}) is None
+
+
+def test_a_damaged_file_is_not_a_sample() -> None:
+    parts = encode_sample({"x": np.arange(4)})
+    assert parts is not None
+    with pytest.raises(ValueError):
+        decode_sample(_bytes(parts)[:-8])
+    with pytest.raises(ValueError):
+        decode_sample(bytearray(b"garbage" * 4))
+
+
+def _parts(n: int) -> tuple[list[Any], int]:
+    parts = encode_sample({"x": np.zeros(n, np.uint8)})
+    assert parts is not None
+    return parts, sum(len(p) for p in parts)
+
+
+def test_a_full_tier_admits_nothing_more_and_keeps_what_it_holds(tmp_path: Path) -> None:
+    parts, size = _parts(1000)
+    tier = SampleTier("memory", str(tmp_path), max_bytes=size * 5)
+    stored = [tier.store("d", row, parts, size) for row in range(8)]
+    assert stored[:5] == [True] * 5 and not any(stored[5:])  # the bound holds 5
+    assert all(tier.load("d", row) is not None for row in range(5))
+    assert tier.stored_bytes <= tier.max_bytes
+
+
+def test_a_full_tier_makes_room_by_removing_datasets_unused_for_long(tmp_path: Path) -> None:
+    parts, size = _parts(1000)
+    tier = SampleTier("disk", str(tmp_path), max_bytes=size * 5)
+    for row in range(5):
+        assert tier.store("old", row, parts, size)
+    long_ago = time.time() - 2 * 3600
+    os.utime(tmp_path / "old", (long_ago, long_ago))
+    assert tier.store("new", 0, parts, size)
+    assert not (tmp_path / "old").exists() and tier.load("new", 0) is not None
+
+
+def _index(directory: Path) -> DatasetIndex:
+    write_images(str(directory), [5, 4])
+    return index_dataset((str(directory),))
+
+
+def test_a_rewritten_shard_is_a_different_key(tmp_path: Path) -> None:
+    counters = SharedReadCounters()
+    cache = PreparedCache([SampleTier("memory", str(tmp_path / "m"), 1 << 20)], counters)
+    index = _index(tmp_path / "data")
+    samples = cache.for_job(index, "identity")
+    samples.put(6, {"x": np.arange(3)})
+    assert samples.get(6) is not None
+    shard = index.shards[1]
+    rewritten = DatasetIndex((index.shards[0], type(shard)(shard.url, shard.size, shard.num_rows,
+                                                          shard.row_group_rows, shard.version + "-new")), index.schema)
+    assert cache.for_job(rewritten, "identity").get(6) is None  # a new version is read again
+    assert cache.for_job(index, "other prepare").get(6) is None  # so is another prepare spec
+    delta = counters.take_delta()
+    assert (delta.prepared_memory_hits, delta.prepared_misses) == (1, 2)
+    assert delta.prepared_memory_bytes > 0
+
+
+def test_the_prepare_identity_follows_transform_arguments_and_columns() -> None:
+    image = build_transform("image", IMAGE_ARGS, ())
+    base = prepare_identity("image", IMAGE_ARGS, ["image"], image)
+    assert base == prepare_identity("image", dict(reversed(IMAGE_ARGS.items())), ["image"], image)
+    assert base != prepare_identity("image", {**IMAGE_ARGS, "size": 32}, ["image"], image)
+    assert base != prepare_identity("image", IMAGE_ARGS, ["image", "label"], image)
+
+
+class _CountingReader:
+    """A reader that records which rows it was asked for."""
+
+    def __init__(self, reader: ShardReader) -> None:
+        self.reader, self.asked = reader, []  # type: ignore[var-annotated]
+
+    def read(self, indices: np.ndarray) -> pa.Table:
+        self.asked += [int(i) for i in indices]
+        return self.reader.read(indices)
+
+
+def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Path) -> None:
+    index = _index(tmp_path / "data")
+    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
+                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    transform = build_transform("image", IMAGE_ARGS, ())
+    counters = SharedReadCounters()
+    tiers = [SampleTier("memory", str(tmp_path / "m"), 1 << 24), SampleTier("disk", str(tmp_path / "d"), 1 << 24)]
+    samples = PreparedCache(tiers, counters).for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    indices = np.array([8, 1, 4, 0, 6], dtype=np.int64)
+    for epoch in (0, 1):
+        plain = decode_batch(job, memory_reader(index), transform, epoch, indices)
+        reader = _CountingReader(memory_reader(index))
+        cold_or_warm = decode_batch(job, reader, transform, epoch, indices, prepared_samples=samples)  # type: ignore[arg-type]
+        for name in plain.arrays:
+            np.testing.assert_array_equal(cold_or_warm.arrays[name], plain.arrays[name])
+            assert cold_or_warm.arrays[name].dtype == plain.arrays[name].dtype
+        assert reader.asked == (indices.tolist() if epoch == 0 else [])  # warm: nothing read, nothing decoded
+    delta = counters.take_delta()
+    assert (delta.prepared_misses, delta.prepared_memory_hits) == (5, 5)
+    # The memory tier gone (a node restart with the disk kept): the disk tier serves, same bytes.
+    disk_only = PreparedCache(tiers[1:], counters).for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    again = decode_batch(job, memory_reader(index), transform, 1, indices, prepared_samples=disk_only)
+    np.testing.assert_array_equal(again.arrays["image"], plain.arrays["image"])
+    assert counters.take_delta().prepared_disk_hits == 5
