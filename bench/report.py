@@ -56,9 +56,9 @@ def systems_table(results: dict[str, Any]) -> str:
                          *[""] * 9])
             continue
         rows.append(_system_row(label, entry))
-        network = entry.get("network_path", {})
-        if network.get("median"):
-            rows.append(_system_row(f"{label}, network path", network))
+        for variant, suffix in (("network_path", "network path"), ("prepared_cache", "prepared cache warm")):
+            if entry.get(variant, {}).get("median"):
+                rows.append(_system_row(f"{label}, {suffix}", entry[variant]))
     return markdown_table(header, rows)
 
 

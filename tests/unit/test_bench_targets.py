@@ -27,8 +27,9 @@ def _results(**overrides: Any) -> dict[str, Any]:
     results: dict[str, Any] = {
         "config": {"prefetch": 4, "batch_size": 64},
         "systems": {
-            "shardstream": _system(1000.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
-                                   server_main_cpu_per_1k=0.001),
+            "shardstream": {**_system(1000.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
+                                      server_main_cpu_per_1k=0.001),
+                            "prepared_cache": {"runs": [], "median": {"samples_per_s": 1600.0}}},
             "dataloader": _system(1000.0, 1.0),
             "raydata": _system(400.0),
             "tfdata": _system(700.0),
@@ -129,3 +130,13 @@ def test_a_skipped_system_skips_its_targets_only() -> None:
 def test_missing_transport_yields_no_transport_targets() -> None:
     targets = evaluate(_results(transport={"status": "skipped", "reason": "--no-transport"}))
     assert not [t for t in targets if t.name.startswith("transport")]
+
+
+def test_warm_epochs_are_the_prepared_cache_variant_against_dataloader_and_skip_without_it() -> None:
+    results = _results()
+    warm = _by_name(evaluate(results))["warm epochs (prepared-sample cache) vs torch DataLoader"]
+    assert (warm.status, warm.value, warm.threshold) == (PASS, pytest.approx(1.6), 1.5)
+    results["systems"]["shardstream"]["prepared_cache"]["median"]["samples_per_s"] = 1400.0
+    assert _by_name(evaluate(results))["warm epochs (prepared-sample cache) vs torch DataLoader"].status == FAIL
+    del results["systems"]["shardstream"]["prepared_cache"]
+    assert _by_name(evaluate(results))["warm epochs (prepared-sample cache) vs torch DataLoader"].status == SKIP
