@@ -56,7 +56,8 @@ def systems_table(results: dict[str, Any]) -> str:
                          *[""] * 9])
             continue
         rows.append(_system_row(label, entry))
-        for variant, suffix in (("network_path", "network path"), ("prepared_cache", "prepared cache warm")):
+        for variant, suffix in (("network_path", "network path"), ("prepared_cache", "prepared cache warm"),
+                                ("cache_decoded", ".cache() after decode, warm")):
             if entry.get(variant, {}).get("median"):
                 rows.append(_system_row(f"{label}, {suffix}", entry[variant]))
     return markdown_table(header, rows)

@@ -139,7 +139,7 @@ class Runner:
             return 1 + len(self.config.transport.batch_rows) * (2 + len(RAW_KINDS))
         # shardstream: the warm-up job, the measured one, the same on the network path, then the
         # job that fills the prepared-sample cache and the one measured with it warm
-        return 5 if what == "shardstream" else 1
+        return {"shardstream": 5, "tfdata": 2}.get(what, 1)  # tf.data: plain, then .cache() after decode
 
     def _planned_runs(self) -> int:
         cfg = self.config
@@ -215,6 +215,8 @@ class Runner:
             entry["status"] = "skipped"
             entry["reason"] = "TensorFlow is not installed (pip install tensorflow-cpu)"
             log.warning("tf.data service skipped: %s", entry["reason"])
+        if system == "tfdata":
+            entry["cache_decoded"] = {"runs": []}
         if system == "shardstream":
             entry["service_rounds"] = []
             entry["network_path"] = {"runs": []}
@@ -227,7 +229,7 @@ class Runner:
         if entry["status"] != "ok":
             return
         entry["median"] = summarize(entry["runs"])
-        for variant in ("network_path", "prepared_cache"):
+        for variant in ("network_path", "prepared_cache", "cache_decoded"):
             if entry.get(variant, {}).get("runs"):
                 entry[variant]["median"] = summarize(entry[variant]["runs"])
         if "service_rounds" in entry:
@@ -250,6 +252,10 @@ class Runner:
             with tfdata_service(workload_dir, self.work_dir) as service:
                 entry["runs"].append(self._measure(self._workload_spec(
                     "tfdata", tfrecord_dir(workload_dir), service.announced), label, service.pid))
+                # Its own answer to decoding once: .cache() after the decode (warm-up epoch fills it).
+                cached = self._workload_spec("tfdata", tfrecord_dir(workload_dir), service.announced)
+                cached.cache_decoded = True
+                entry["cache_decoded"]["runs"].append(self._measure(cached, f"{label}-cached", service.pid))
         else:
             entry["runs"].append(self._measure(self._workload_spec(system, workload_dir), label))
 

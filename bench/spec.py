@@ -41,6 +41,9 @@ class ConsumerSpec:
     # path, what a rank on another host than its decoders pays
     shared_memory: bool = True
     server_pid: int = 0  # the server whose CPU the consumer measures over its loader's life (meter.py)
+    # tfdata: .cache() after the decode, so epochs after the first skip it; the epochs run as one
+    # tf.data job (a new job would start with an empty cache)
+    cache_decoded: bool = False
 
     def __post_init__(self) -> None:
         if self.system not in CONSUMER_SYSTEMS:

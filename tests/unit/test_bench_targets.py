@@ -32,7 +32,7 @@ def _results(**overrides: Any) -> dict[str, Any]:
                             "prepared_cache": {"runs": [], "median": {"samples_per_s": 1600.0}}},
             "dataloader": _system(1000.0, 1.0),
             "raydata": _system(400.0),
-            "tfdata": _system(700.0),
+            "tfdata": {**_system(700.0), "cache_decoded": {"runs": [], "median": {"samples_per_s": 1500.0}}},
         },
         "transport": _transport(1200.0, 1400.0),
     }
@@ -140,3 +140,12 @@ def test_warm_epochs_are_the_prepared_cache_variant_against_dataloader_and_skip_
     assert _by_name(evaluate(results))["warm epochs (prepared-sample cache) vs torch DataLoader"].status == FAIL
     del results["systems"]["shardstream"]["prepared_cache"]
     assert _by_name(evaluate(results))["warm epochs (prepared-sample cache) vs torch DataLoader"].status == SKIP
+
+
+def test_warm_epochs_are_judged_against_tf_data_with_its_cache_after_decode() -> None:
+    results = _results()
+    name = "warm epochs vs tf.data service with .cache() after decode"
+    target = _by_name(evaluate(results))[name]
+    assert (target.status, target.value, target.threshold) == (PASS, pytest.approx(1600 / 1500), 1.0)
+    results["systems"]["tfdata"]["cache_decoded"]["median"]["samples_per_s"] = 1700.0
+    assert _by_name(evaluate(results))[name].status == FAIL
