@@ -98,3 +98,22 @@ def test_local_addresses_are_loopback_and_this_hosts_own() -> None:
     assert is_local_address("127.0.0.1:5000") and is_local_address("localhost:1") and is_local_address("[::1]:2")
     assert not is_local_address("192.0.2.1:5000")  # TEST-NET-1: no interface here holds it
     assert not is_local_address("decoder.example.invalid:5000")
+
+
+def test_a_rank_that_cannot_make_slots_stops_offering_them(tmp_path: Path) -> None:
+    pool = SlotPool(str(tmp_path / "missing"))  # /dev/shm full or gone
+    assert pool.offer() == "" and not pool.offering
+
+
+def test_a_slot_that_cannot_grow_sends_the_batch_on_the_stream(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Room the slot's filesystem does not have is refused when the slot grows (fallocate), where
+    writing through the mapping would kill the decoder (SIGBUS); that batch goes as bytes."""
+    from shardstream.service.node import shared_slots as decoder_side
+
+    pool, slots = SlotPool(str(tmp_path)), StreamSlots(str(tmp_path))
+    allocate = slots.allocator(pool.offer())
+    assert isinstance(allocate(16)[0], SharedRef)
+    monkeypatch.setattr(decoder_side, "writable_bytes", lambda size: (b"on the stream", np.zeros(1, np.uint8)))
+    assert allocate(1 << 62)[0] == b"on the stream"
+    assert isinstance(allocate(32)[0], SharedRef)  # the next batch that fits goes into the slot again

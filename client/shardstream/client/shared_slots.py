@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import ipaddress
+import logging
 import mmap
 import os
 import secrets
@@ -29,6 +30,8 @@ import weakref
 import numpy as np
 
 from shardstream.proto.wire import SharedRef, WireError
+
+log = logging.getLogger(__name__)
 
 SHARED_MEMORY_DIR = "/dev/shm"
 
@@ -77,15 +80,22 @@ class SlotPool:
         self.offering = True  # False once the decoder answered on the stream: it cannot reach our slots
 
     def offer(self) -> str:
-        """A slot for the next want; "" when no longer offering."""
+        """A slot for the next want; "" when no longer offering (also once a slot cannot be made:
+        the batches then come on the stream)."""
         with self._lock:
             if not self.offering or self._closed:
                 return ""
             if self._free:
                 return self._free.pop()
             name = _slot_name()
-            self._fds[name] = os.open(os.path.join(self._directory, name),
-                                      os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                self._fds[name] = os.open(os.path.join(self._directory, name),
+                                          os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            except OSError as exc:
+                log.warning("cannot make a shared-memory slot in %s (%s): batches come on the stream",
+                            self._directory, exc)
+                self.offering = False
+                return ""
             return name
 
     def declined(self, name: str) -> None:

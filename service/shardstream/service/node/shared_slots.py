@@ -41,10 +41,13 @@ class _Slot:
         self.mapping: mmap.mmap | None = None
 
     def array(self, size: int) -> np.ndarray:
-        """A writable view of the slot's first `size` bytes, growing the file when it is smaller."""
+        """A writable view of the slot's first `size` bytes, growing the file when it is smaller.
+
+        Grown with fallocate, not ftruncate: a full /dev/shm then refuses here (OSError), where
+        writing through a mapping of pages it cannot provide would kill the process (SIGBUS)."""
         if self.mapping is None or len(self.mapping) < size:
             if os.fstat(self.fd).st_size < size:
-                os.ftruncate(self.fd, size)
+                os.posix_fallocate(self.fd, 0, size)
             self.mapping = mmap.mmap(self.fd, size)  # a batch still viewing the old mapping keeps it
         return np.frombuffer(self.mapping, dtype=np.uint8, count=size)
 
