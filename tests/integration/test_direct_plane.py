@@ -113,6 +113,18 @@ def test_decoders_on_this_host_write_batches_into_shared_memory_and_the_network_
     assert _slot_files() == []  # every slot's name is gone with its stream
 
 
+def test_a_profiler_trace_shows_the_loops_waits_for_data_by_name(direct: tuple[Service, str], dataset: str) -> None:
+    import torch
+
+    _, address = direct
+    with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=0,
+                      job_name="direct-profiled") as loader:
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as trace:
+            batches = sum(1 for _ in loader)
+    assert batches == len(loader)
+    assert [e.name for e in trace.events()].count("shardstream.next") == batches + 1
+
+
 def test_a_rank_whose_shared_memory_the_decoders_cannot_see_gets_its_batches_on_the_stream(
         direct: tuple[Service, str], dataset: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another container's /dev/shm: the decoders cannot open the slots offered, so they send bytes."""

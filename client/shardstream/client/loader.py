@@ -29,6 +29,7 @@ from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
+from shardstream.client.profiling import NamedWaits
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import batch_to_tensors, pin_available
@@ -190,7 +191,7 @@ class RemoteLoader:
         self._next_epoch = self._resume = None
         self.epoch = epoch
         self._steps_done = start_step
-        return self._iterate(epoch, start_step)
+        return NamedWaits(self._iterate(epoch, start_step))  # waits show as "shardstream.next" in traces
 
     def _iterate(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
         """Batches start_step.. of `epoch`. An iteration that fails before its first batch does not
