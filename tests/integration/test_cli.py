@@ -4,6 +4,7 @@ clean SIGTERM."""
 from __future__ import annotations
 
 import glob
+import json
 import os
 import signal
 import subprocess
@@ -58,6 +59,13 @@ def test_serve_status_and_sigterm(tmp_path: object) -> None:
         assert "1 decoder(s) on 1 node(s)" in status.stdout
         assert "'cli-test': 11 samples" in status.stdout and "served 3 batches" in status.stdout
         assert "from storage (4 row group(s)); hits: memory" in status.stdout, status.stdout
+        watched = subprocess.run([cli, "status", address, "--json", "--watch", "0.2", "--iterations", "2"],
+                                 capture_output=True, text=True, timeout=30)
+        assert watched.returncode == 0, watched.stderr
+        snapshots = [json.loads(line) for line in watched.stdout.splitlines()]
+        assert len(snapshots) == 2  # for scripts: one object per refresh
+        [job] = [j for j in snapshots[-1]["jobs"] if j["job_name"] == "cli-test"]
+        assert job["batches_served"] == "3" and snapshots[-1]["decoders"] == 1
         assert len(glob.glob(f"{tmp_path}/copy/*/*.arrow")) == 4  # the flags reach the decode actor
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=60) == 0

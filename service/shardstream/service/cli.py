@@ -66,6 +66,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--tls-key", metavar="PEM", help="this client's key, for mutual TLS")
     status.add_argument("--tls-server-name", metavar="NAME",
                         help="the name on the service's certificate, if the address names it otherwise")
+    status.add_argument("--json", action="store_true", help="print GetStatus as JSON (one object per line)")
+    status.add_argument("--watch", type=float, metavar="SECONDS",
+                        help="print the status again every SECONDS until interrupted")
+    status.add_argument("--iterations", type=int, help="with --watch: stop after this many")
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -77,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         tls = TLS(ca_file=args.tls_ca, cert_file=args.tls_cert, key_file=args.tls_key,
                   server_name=args.tls_server_name)
-    return _status(args.address, tls)
+    return _status(args.address, tls, args.json, args.watch, args.iterations)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -114,18 +118,46 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
-def _status(address: str, tls: TLS | None) -> int:
+def _status(address: str, tls: TLS | None, as_json: bool = False, watch_s: float | None = None,
+            iterations: int | None = None) -> int:
+    """Print the service's status once, or every `watch_s` seconds (a screen a person reads; with
+    --json, one JSON object per line for scripts)."""
+    import time
+
+    from google.protobuf.json_format import MessageToJson
+
     from shardstream.client.tls import open_channel
     from shardstream.proto.errors import from_rpc_error
     from shardstream.proto.v1 import loader_pb2 as pb
     from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 
+    shown = 0
     with open_channel(address, tls) as channel:
-        try:
-            status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
-        except grpc.RpcError as exc:
-            log.error("%s: %s", address, from_rpc_error(exc))
-            return 1
+        stub = pb_grpc.LoaderStub(channel)
+        while True:
+            try:
+                status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+            except grpc.RpcError as exc:
+                log.error("%s: %s", address, from_rpc_error(exc))
+                return 1
+            if as_json:
+                text = MessageToJson(status, preserving_proto_field_name=True, indent=None) + "\n"
+            else:
+                text = _status_text(address, status)
+                if watch_s is not None and sys.stdout.isatty():
+                    text = "\x1b[H\x1b[2J" + time.strftime("%H:%M:%S ") + text  # a refreshed screen
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            shown += 1
+            if watch_s is None or (iterations is not None and shown >= iterations):
+                return 0
+            try:
+                time.sleep(watch_s)
+            except KeyboardInterrupt:
+                return 0
+
+
+def _status_text(address: str, status: Any) -> str:
     nodes = {d.node_id for d in status.decoder_status}
     lines = [f"service {address}: protocol v{status.protocol_version}, {status.decoders} decoder(s) "
              f"on {len(nodes)} node(s), up {status.uptime_seconds:.0f} s, {len(status.jobs)} job(s)"]
@@ -144,8 +176,7 @@ def _status(address: str, tls: TLS | None) -> int:
             f"{job.bytes_served / 1e6:.1f} MB, {job.samples_replaced} replaced; "
             f"{job.active_streams} active stream(s)"
         )
-    sys.stdout.write("\n".join(lines) + "\n")
-    return 0
+    return "\n".join(lines) + "\n"
 
 
 def _reads_line(r: Any) -> str:
