@@ -19,6 +19,7 @@ import pytest
 import ray
 
 from shardstream.client import RemoteLoader, shared_slots
+from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
@@ -96,7 +97,7 @@ def test_the_job_lists_the_decoders_and_every_rank_gets_its_batches(direct: tupl
 
 
 def _slot_files() -> list[str]:
-    return [f for f in os.listdir(shared_slots.SHARED_MEMORY_DIR) if f.startswith(f"shardstream-slot-{os.getpid()}-")]
+    return [f for f in os.listdir(SHARED_MEMORY_DIR) if f.startswith(f"shardstream-slot-{os.getpid()}-")]
 
 
 def test_decoders_on_this_host_write_batches_into_shared_memory_and_the_network_path_gives_the_same(

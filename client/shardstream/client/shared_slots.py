@@ -22,22 +22,16 @@ import ipaddress
 import logging
 import mmap
 import os
-import secrets
 import socket
 import threading
 import weakref
 
 import numpy as np
 
+from shardstream.proto.slots import SHARED_MEMORY_DIR, new_slot_name
 from shardstream.proto.wire import SharedRef, WireError
 
 log = logging.getLogger(__name__)
-
-SHARED_MEMORY_DIR = "/dev/shm"
-
-
-def _slot_name() -> str:
-    return f"shardstream-slot-{os.getpid()}-{secrets.token_hex(16)}"
 
 
 @functools.lru_cache(maxsize=256)
@@ -87,7 +81,7 @@ class SlotPool:
                 return ""
             if self._free:
                 return self._free.pop()
-            name = _slot_name()
+            name = new_slot_name()
             try:
                 self._fds[name] = os.open(os.path.join(self._directory, name),
                                           os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)

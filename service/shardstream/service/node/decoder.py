@@ -30,11 +30,7 @@ from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batch_server import BatchServer
 from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.node.local_copy import LocalCopy, default_directory
-from shardstream.service.node.prepared_cache import (
-    JobSamples,
-    open_prepared_cache,
-    prepare_identity,
-)
+from shardstream.service.node.prepared_cache import JobSamples, open_prepared_cache
 from shardstream.service.node.read_counters import ReadCounters, SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
@@ -105,11 +101,8 @@ class DecodeWorker:
         job: DecodeJob = ray.get(job_ref)
         reader = ShardReader(job.index, list(job.columns) or None, self._source, self._loaders)
         transform = build_transform(job.transform, job.transform_args, job.allowed_transform_modules)
-        prepared = None
-        if (self._prepared is not None and transform is not None and callable(getattr(transform, "prepare", None))
-                and getattr(transform, "cache_prepared", True)):
-            identity = prepare_identity(job.transform, job.transform_args, job.columns, transform)
-            prepared = self._prepared.for_job(job.index, identity)
+        prepared = None if self._prepared is None else self._prepared.for_transform(
+            job.index, job.transform, job.transform_args, job.columns, transform)
         with self._lock:
             self._jobs.setdefault(job_id, (job, reader, transform))
             if prepared is not None:

@@ -49,6 +49,7 @@ from typing import Any
 
 import numpy as np
 
+from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.node.read_counters import SharedReadCounters
 
@@ -65,7 +66,7 @@ SCALAR_KINDS = {"int": int, "float": float, "bool": bool}
 
 
 def default_memory_directory() -> str:
-    return "/dev/shm/shardstream-prepared"
+    return os.path.join(SHARED_MEMORY_DIR, "shardstream-prepared")
 
 
 def default_disk_directory() -> str:
@@ -272,6 +273,16 @@ class PreparedCache:
 
     def for_job(self, index: DatasetIndex, identity: str) -> JobSamples:
         return JobSamples(self, index, identity)
+
+    def for_transform(self, index: DatasetIndex, name: str, args: dict[str, Any], columns: Sequence[str],
+                      transform: Any) -> JobSamples | None:
+        """A job's view of the cache; None when its transform has nothing to keep (no ``prepare``,
+        or ``cache_prepared = False``)."""
+        if transform is None or not callable(getattr(transform, "prepare", None)):
+            return None
+        if not getattr(transform, "cache_prepared", True):
+            return None
+        return self.for_job(index, prepare_identity(name, args, columns, transform))
 
     def publish(self) -> None:
         """The tiers' sizes, for the actor's next report."""

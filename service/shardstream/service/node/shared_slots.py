@@ -18,21 +18,18 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-import re
 import stat
 from typing import Any
 
 import numpy as np
 
 from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.slots import SHARED_MEMORY_DIR, SLOT_NAME
 from shardstream.proto.wire import SharedRef
 from shardstream.proto.writable_bytes import writable_bytes
 
 log = logging.getLogger(__name__)
 
-SHARED_MEMORY_DIR = "/dev/shm"
-# What a rank names its slots (client/shared_slots.py): nothing else in the directory is opened.
-SLOT_NAME = re.compile(r"shardstream-slot-[0-9]+-[0-9a-f]{32}")
 
 
 class _Slot:
@@ -108,4 +105,4 @@ class StreamSlots:
         self._slots.clear()
 
 
-__all__ = ["SHARED_MEMORY_DIR", "SLOT_NAME", "StreamSlots"]
+__all__ = ["StreamSlots"]
