@@ -60,7 +60,8 @@ NOTES = {
 
 
 def transport_consumer(config: BenchConfig, dataset: Path, address: str, rows: int, job_name: str,
-                       tls_ca: str = "", epochs: int | None = None, shared_memory: bool = False) -> ConsumerSpec:
+                       tls_ca: str = "", epochs: int | None = None, shared_memory: bool = False,
+                       bulk_socket: bool = True) -> ConsumerSpec:
     """A RemoteLoader consumer of the transport dataset in batches of `rows` rows: a warm-up epoch,
     then the measured ones (`epochs` in all: by default one and the spec's measured epochs). The
     network path unless asked: the transport is what a rank on another host than its decoders pays."""
@@ -69,7 +70,7 @@ def transport_consumer(config: BenchConfig, dataset: Path, address: str, rows: i
                         transform=False, columns=["x"], prefetch=config.prefetch,
                         epochs=epochs or 1 + spec.shardstream_epochs,
                         warmup_batches=math.ceil(spec.num_rows / rows), job_name=job_name, tls_ca=tls_ca,
-                        shared_memory=shared_memory)
+                        shared_memory=shared_memory, bulk_socket=bulk_socket)
 
 
 class Runner:
@@ -136,7 +137,7 @@ class Runner:
     def _runs_per_round(self, what: str) -> int:
         """Consumer processes one round of a system (or of the transport benchmark) runs."""
         if what == "transport":  # the job that fills the decode node's copy, then each batch size
-            return 1 + len(self.config.transport.batch_rows) * (2 + len(RAW_KINDS))
+            return 1 + len(self.config.transport.batch_rows) * (3 + len(RAW_KINDS))
         # shardstream: the warm-up job, the measured one, the same on the network path, then the
         # job that fills the prepared-sample cache and the one measured with it warm
         return {"shardstream": 5, "tfdata": 2}.get(what, 1)  # tf.data: plain, then .cache() after decode
@@ -304,7 +305,7 @@ class Runner:
 
     def _new_transport(self) -> dict[str, Any]:
         spec = self.config.transport
-        kinds = ["shardstream", "shardstream_shm", *(f"{k}_raw" for k in RAW_KINDS)]
+        kinds = ["shardstream", "shardstream_grpc", "shardstream_shm", *(f"{k}_raw" for k in RAW_KINDS)]
         return {
             "status": "ok",
             "reason": "",
@@ -316,8 +317,9 @@ class Runner:
                       f"served by {spec.decoders} decode actors to one rank; a job reads the dataset into "
                       f"the decode node's copy first, then the measured job runs one warm-up epoch and "
                       f"{spec.shardstream_epochs} measured epochs into RemoteLoader tensors (sender CPU: "
-                      "the service's processes over that job), on the network path (gRPC over loopback) "
-                      "and through shared memory (shardstream_shm); raw gRPC: bytes messages, no protobuf, no "
+                      "the service's processes over that job), on the network path (loopback: bytes on bulk "
+                      "sockets, and on the gRPC stream as shardstream_grpc) and through shared memory "
+                      "(shardstream_shm); raw gRPC: bytes messages, no protobuf, no "
                       "copy; raw TCP: sendall -> recv_into a reused buffer; each in its own server and "
                       "consumer process on loopback; GB/s = 1e9 bytes/s"),
             "results": {kind: {str(rows): {"runs": []} for rows in spec.batch_rows} for kind in kinds},
@@ -337,6 +339,9 @@ class Runner:
                 results["shardstream"][str(rows)]["runs"].append(self._measure(transport_consumer(
                     cfg, dataset, address, rows, f"bench-{self.run_id}-transport-{rows}-{rep}"),
                     f"transport-shardstream-{rows}rows-rep{rep}", service.pid))
+                results["shardstream_grpc"][str(rows)]["runs"].append(self._measure(transport_consumer(
+                    cfg, dataset, address, rows, f"bench-{self.run_id}-transport-grpc-{rows}-{rep}",
+                    bulk_socket=False), f"transport-shardstream-grpc-{rows}rows-rep{rep}", service.pid))
                 results["shardstream_shm"][str(rows)]["runs"].append(self._measure(transport_consumer(
                     cfg, dataset, address, rows, f"bench-{self.run_id}-transport-shm-{rows}-{rep}",
                     shared_memory=True), f"transport-shardstream-shm-{rows}rows-rep{rep}", service.pid))

@@ -40,6 +40,7 @@ class ConsumerSpec:
     # shardstream: decoders on this host write batches into shared memory; False: the network
     # path, what a rank on another host than its decoders pays
     shared_memory: bool = True
+    bulk_socket: bool = True  # shardstream, network path: batch bytes on bulk sockets; False: on gRPC
     server_pid: int = 0  # the server whose CPU the consumer measures over its loader's life (meter.py)
     # tfdata: .cache() after the decode, so epochs after the first skip it; the epochs run as one
     # tf.data job (a new job would start with an empty cache)

@@ -2,7 +2,8 @@
 
 A results document keeps per-1000-row medians (as for every other system);
 the transport is judged per byte. For each kind (shardstream on the network
-path, shardstream through shared memory, raw gRPC, raw TCP) and batch size:
+path (bulk sockets), the same with bytes on the gRPC stream, shardstream through
+shared memory, raw gRPC, raw TCP) and batch size:
 
 * ``gbps``: the consumer's GB/s (1e9 bytes/s) over its measured messages;
 * ``consumer_cpu_per_gb``: the consumer process's CPU-s per GB over the same
@@ -16,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-KINDS = ("shardstream", "shardstream_shm", "grpc_raw", "tcp_raw")
+KINDS = ("shardstream", "shardstream_grpc", "shardstream_shm", "grpc_raw", "tcp_raw")
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
             transform_args={"size": spec.crop} if spec.transform else None,
             columns=spec.columns, rank=0, world_size=1, prefetch=spec.prefetch,
             job_name=spec.job_name or None, tls=TLS(ca_file=spec.tls_ca) if spec.tls_ca else None,
-            shared_memory=spec.shared_memory,
+            shared_memory=spec.shared_memory, bulk_socket=spec.bulk_socket,
         )
 
         def epoch(e: int) -> Iterable[Batch]:

@@ -63,7 +63,7 @@ def test_the_configmap_loads_into_the_service_config() -> None:
                    "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy"}}}).config_map
     loaded = ServiceConfig.load(environ=data)
     expected = ServiceConfig(host="0.0.0.0", port=6001, ray_address="auto", metrics_port=9300,
-                             local_copy_dir="/mnt/ssd/copy", data_port_base=52000, data_ports=16,
+                             local_copy_dir="/mnt/ssd/copy", data_port_base=52000, data_ports=32,
                              prepared_cache_memory_dir="/dev/shm/shardstream-prepared",
                              prepared_cache_disk_dir="/mnt/ssd/copy/prepared-samples",
                              **{k: _as_field_value(v) for k, v in config.items()})
@@ -74,7 +74,7 @@ def test_default_configmap_keeps_the_service_defaults() -> None:
     loaded = ServiceConfig.load(environ=render().config_map)
     mount_path = default_values()["decode"]["localCopy"]["mountPath"]
     assert loaded == ServiceConfig(host="0.0.0.0", port=50051, ray_address="auto", metrics_port=9090,
-                                   local_copy_dir=mount_path, data_port_base=52000, data_ports=4,
+                                   local_copy_dir=mount_path, data_port_base=52000, data_ports=8,
                                    prepared_cache_memory_dir="/dev/shm/shardstream-prepared",
                                    prepared_cache_disk_dir=f"{mount_path}/prepared-samples")
     assert loaded.local_copy_bytes == 64 * 2**30 > 0  # on by default, in the decode workers' volume

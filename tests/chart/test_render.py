@@ -498,11 +498,11 @@ def test_decode_workers_mount_the_tls_secret_for_their_batch_servers() -> None:
 
 
 def test_decode_workers_declare_their_data_ports_and_the_service_binds_them() -> None:
-    rendered = render({"decode": {"cpus": 3, "dataPort": 53000}})  # 3 actors, 6 ports with spares
+    rendered = render({"decode": {"cpus": 3, "dataPort": 53000}})  # 3 actors x (gRPC + bulk), with spares
     loaded = ServiceConfig.load(environ=rendered.config_map)
-    assert loaded.batch_serving.ports == range(53000, 53006)
+    assert loaded.batch_serving.ports == range(53000, 53012)
     ports = {p["name"]: p["containerPort"] for p in rendered.decode["spec"]["template"]["spec"]["containers"][0]["ports"]}
-    assert {v for k, v in ports.items() if k.startswith("data-")} == set(range(53000, 53006))
+    assert {v for k, v in ports.items() if k.startswith("data-")} == set(range(53000, 53012))
     with pytest.raises(helm.HelmValuesError):
         render({"decode": {"dataPort": 80}})
 
@@ -523,6 +523,6 @@ def test_network_policies_let_clients_reach_the_grpc_and_data_ports_only() -> No
     assert head["ingress"][1] == {"from": clients, "ports": [{"port": 50051, "protocol": "TCP"}]}
     assert head["ingress"][2] == {"from": monitoring, "ports": [{"port": 9090, "protocol": "TCP"}]}
     assert decode["ingress"][1] == {"from": clients,
-                                    "ports": [{"port": 53000, "endPort": 53003, "protocol": "TCP"}]}
+                                    "ports": [{"port": 53000, "endPort": 53007, "protocol": "TCP"}]}
     no_clients = render({"networkPolicy": {"enabled": True}})
     assert len(no_clients.get("NetworkPolicy", f"{FULLNAME}-decode")["spec"]["ingress"]) == 1  # Ray only

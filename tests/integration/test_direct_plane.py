@@ -9,17 +9,20 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import ray
 
 from shardstream.client import RemoteLoader, shared_slots
 from shardstream.proto.slots import SHARED_MEMORY_DIR
+from shardstream.proto.wire import BulkOffer
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
@@ -100,17 +103,22 @@ def _slot_files() -> list[str]:
     return [f for f in os.listdir(SHARED_MEMORY_DIR) if f.startswith(f"shardstream-slot-{os.getpid()}-")]
 
 
-def test_decoders_on_this_host_write_batches_into_shared_memory_and_the_network_path_gives_the_same(
-        direct: tuple[Service, str], dataset: str) -> None:
+@pytest.mark.parametrize("path", ["shared-memory", "bulk-socket", "grpc-stream"])
+def test_every_delivery_path_gives_the_distributed_sampler_batches(direct: tuple[Service, str], dataset: str,
+                                                                   path: str) -> None:
+    """Shared memory (decoders on this host), a bulk socket beside the stream (decoders elsewhere),
+    or the gRPC stream itself: the same batches, counted where they came from."""
     _, address = direct
-    for shared_memory in (True, False):
-        with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=0,
-                          job_name="direct-shm", shared_memory=shared_memory) as loader:
-            for epoch in (0, 2):
-                loader.set_epoch(epoch)
-                assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 0, BATCH, True, 4,
-                                                                            False, epoch)
-            assert loader.stats.shared_batches == (loader.stats.batches if shared_memory else 0)
+    with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=0,
+                      job_name=f"direct-{path}", shared_memory=path == "shared-memory",
+                      bulk_socket=path == "bulk-socket") as loader:
+        for epoch in (0, 2):
+            loader.set_epoch(epoch)
+            assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 0, BATCH, True, 4,
+                                                                        False, epoch)
+        stats = loader.stats
+    assert stats.shared_batches == (stats.batches if path == "shared-memory" else 0)
+    assert stats.bulk_batches == (stats.batches if path == "bulk-socket" else 0)
     assert _slot_files() == []  # every slot's name is gone with its stream
 
 
@@ -139,6 +147,34 @@ def test_a_rank_whose_shared_memory_the_decoders_cannot_see_gets_its_batches_on_
         assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 1, BATCH, True, 4, False, 1)
         assert loader.stats.shared_batches == 0
     assert os.listdir(tmp_path) == []
+
+
+def test_a_decoder_whose_bulk_port_cannot_be_reached_sends_on_the_stream(
+        direct: tuple[Service, str], dataset: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A NetworkPolicy that opens only the gRPC port: connecting the bulk socket is refused, the
+    batches come on the stream, and later epochs do not try that decoder's bulk port again."""
+    from shardstream.client import bulk_socket
+
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        refused_port = closed.getsockname()[1]
+    tried: list[str] = []
+    connect = bulk_socket.connect
+
+    def through_a_firewall(address: str, offer: BulkOffer, *args: Any) -> Any:
+        tried.append(address)
+        return connect(address, BulkOffer(refused_port, offer.token), *args)
+
+    monkeypatch.setattr(bulk_socket, "connect", through_a_firewall)
+    _, address = direct
+    with RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=1,
+                      job_name="direct-bulk-refused", shared_memory=False) as loader:
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 1, BATCH, True, 4, False,
+                                                                        epoch)
+        assert loader.stats.bulk_batches == 0
+        assert sorted(tried) == sorted(loader.job.batch_servers)  # once each, in the first epoch only
 
 
 def _epoch_with_fault(address: str, dataset: str, rank: int, fault_after: int,

@@ -121,8 +121,9 @@ def test_a_renewed_certificate_is_served_without_a_restart(local_ray: None, data
 
 
 def test_the_direct_data_plane_over_mutual_tls(local_ray: None, dataset: str, pki: Pki) -> None:
-    """Ranks fetch from the decode actors' own ports: those speak TLS too, with the same files, and
-    want the same client certificates. Clients connect to them by IP, so they name the certificate."""
+    """Ranks fetch from the decode actors' own ports (gRPC and bulk): those speak TLS too, with the
+    same files, and want the same client certificates. Clients connect to them by IP, so they name
+    the certificate."""
     import grpc
 
     running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25,
@@ -131,10 +132,12 @@ def test_the_direct_data_plane_over_mutual_tls(local_ray: None, dataset: str, pk
     address = f"127.0.0.1:{port}"
     try:
         trainer = TLS(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key, server_name="localhost")
-        with RemoteLoader(address, dataset=dataset, batch_size=4, seed=2, world_size=1, rank=0,
-                          tls=trainer) as loader:
-            (decoder,) = loader.job.batch_servers
-            assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 1, 0, 4, True, 2, False, 0)
+        for shared_memory in (True, False):  # False: a decoder on another host, its bulk socket over TLS
+            with RemoteLoader(address, dataset=dataset, batch_size=4, seed=2, world_size=1, rank=0,
+                              tls=trainer, shared_memory=shared_memory) as loader:
+                (decoder,) = loader.job.batch_servers
+                assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 1, 0, 4, True, 2, False, 0)
+                assert loader.stats.bulk_batches == (0 if shared_memory else loader.stats.batches)
         with grpc.insecure_channel(decoder) as channel:  # plaintext to a decoder: refused
             with pytest.raises(grpc.FutureTimeoutError):
                 grpc.channel_ready_future(channel).result(timeout=3)

@@ -3,6 +3,8 @@
 Each epoch opens new FetchBatches streams, but on the channels of the epochs
 before: a new channel per decoder per epoch would cost a TCP (and TLS)
 handshake and a cold HTTP/2 connection at every epoch boundary, on every rank.
+What it learned of a decoder stays too: a bulk port it could not reach is not
+tried again (bulk_socket.py).
 Channels of decoders the job no longer lists are closed when an epoch starts.
 """
 
@@ -18,7 +20,8 @@ from shardstream.client.tls import TLS, open_channel
 
 class DecoderChannels:
     def __init__(self, tls: TLS | None, options: Sequence[tuple[str, object]]) -> None:
-        self._tls = tls
+        self.tls = tls
+        self.bulk_unreachable: set[str] = set()  # decoders whose bulk port refused or timed out
         self._options = list(options)
         self._channels: dict[str, grpc.Channel] = {}
         self._lock = threading.Lock()
@@ -27,7 +30,7 @@ class DecoderChannels:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = self._channels[address] = open_channel(address, self._tls, self._options)
+                channel = self._channels[address] = open_channel(address, self.tls, self._options)
             return channel
 
     def keep_only(self, addresses: Iterable[str]) -> None:

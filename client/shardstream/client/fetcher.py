@@ -20,7 +20,9 @@ next step.
 
 A decoder on the rank's own host writes batches into shared-memory slots the
 rank offers instead of sending them (shared_slots.py); the stream then
-carries only which slot holds which step.
+carries only which slot holds which step. A decoder on another host sends
+batch bytes on a bulk socket beside the stream (bulk_socket.py), which then
+carries only each step's size.
 
 Iterate for (header, tensors) in step order (asking for the next one returns
 the last one's room in the window), and close().
@@ -40,6 +42,8 @@ from typing import TypeVar
 import grpc
 import torch
 
+from shardstream.client import bulk_socket
+from shardstream.client.bulk_socket import BulkSocket
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shared_slots import SlotPool, is_local_address, shared_memory_available
@@ -54,7 +58,7 @@ from shardstream.proto.errors import (
     from_rpc_error,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import BatchView, WireError, parse_batch
+from shardstream.proto.wire import BatchView, BulkOffer, WireError, parse_batch
 
 log = logging.getLogger(__name__)
 
@@ -104,27 +108,54 @@ class FetchTarget:
 class _Sender:
     """One decoder's FetchBatches stream: wants go out from a queue, batches come back on a thread."""
 
-    def __init__(self, address: str, target: FetchTarget, channel: grpc.Channel, slots: SlotPool | None) -> None:
+    def __init__(self, address: str, target: FetchTarget, channels: DecoderChannels, slots: SlotPool | None,
+                 bulk: bool, timeout_s: float) -> None:
         self.address = address
         self.slots = slots  # offered with each want when the decoder is on this host
         self.offered: collections.deque[str] = collections.deque()  # one per want, in order
+        self.bulk: BulkSocket | None = None  # once connected, wants ask for their batches on it
+        self._channels = channels
+        self._timeout_s = timeout_s
         self.wants: queue.Queue[pb.FetchControl | None] = queue.Queue()
+        bulk = bulk and address not in channels.bulk_unreachable
         self.wants.put(pb.FetchControl(open=pb.FetchOpen(
-            protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank)))
-        self.channel = channel  # the loader's, kept across epochs (channels.py)
-        fetch = self.channel.stream_stream(FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
-                                           response_deserializer=parse_batch)
+            protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank,
+            bulk=bulk)))
+        # Until the decoder's answer to `bulk` (its offer) is taken up, wants wait here, so that
+        # every batch can come on the bulk socket.
+        self._lock = threading.Lock()
+        self._held: list[pb.Want] | None = [] if bulk else None
+        # the loader's channel, kept across epochs (channels.py)
+        fetch = channels.get(address).stream_stream(
+            FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
+            response_deserializer=parse_batch)
         self.call = fetch(until_none(self.wants))
         self.thread: threading.Thread | None = None
+        self._closed = False
 
     def want(self, step: int, max_bytes: int) -> None:
         slot = self.slots.offer() if self.slots is not None else ""
         self.offered.append(slot)
-        self.wants.put(pb.FetchControl(want=pb.Want(step=step, max_bytes=max_bytes, slot=slot)))
+        want = pb.Want(step=step, max_bytes=max_bytes, slot=slot)
+        with self._lock:
+            if self._held is not None:
+                self._held.append(want)
+                return
+            want.bulk = self.bulk is not None
+            self.wants.put(pb.FetchControl(want=want))
 
-    def unwrap(self, view: BatchView) -> BatchView:
-        """The batch itself: `view`, or the one in shared memory it names."""
+    def unwrap(self, view: BatchView) -> BatchView | None:
+        """The batch itself: `view`, or the one in shared memory or on the bulk socket it names.
+        None for the stream's bulk offer, which this takes up."""
+        if view.bulk_offer is not None:
+            self._connect_bulk(view.bulk_offer)
+            return None
         slot = self.offered.popleft() if self.offered else ""
+        if view.bulk_size:
+            if self.bulk is None:
+                raise WireError(f"decoder {self.address} sent step {view.step} on a bulk socket this rank "
+                                "has not connected")
+            return _same_batch(view, parse_batch(self.bulk.receive(view.bulk_size).data), "its bulk socket")
         if view.shared is None:
             if slot and self.slots is not None:
                 self.slots.declined(slot)
@@ -132,26 +163,51 @@ class _Sender:
         if self.slots is None or view.shared.slot != slot:
             raise WireError(f"decoder {self.address} wrote step {view.step} into slot {view.shared.slot!r}, "
                             f"but that want offered {slot or 'none'!r}")
-        inner = parse_batch(self.slots.lease(view.shared).data)
-        if (inner.epoch, inner.rank, inner.step) != (view.epoch, view.rank, view.step):
-            raise WireError(f"slot {slot!r} holds step {inner.step} of epoch {inner.epoch} rank {inner.rank}, "
-                            f"not step {view.step} of epoch {view.epoch} rank {view.rank}")
-        return inner
+        return _same_batch(view, parse_batch(self.slots.lease(view.shared).data), f"slot {slot!r}")
+
+    def _connect_bulk(self, offer: BulkOffer) -> None:
+        """Connect the socket the decoder offered (port 0: it has none), then send the wants held."""
+        connected = None
+        if offer.port:
+            connected = bulk_socket.connect(self.address, offer, self._channels.tls, self._timeout_s)
+            if connected is None:
+                self._channels.bulk_unreachable.add(self.address)
+        if connected is not None and self._closed:
+            connected.close()
+            connected = None
+        with self._lock:
+            self.bulk = connected
+            for want in self._held or ():
+                want.bulk = connected is not None
+                self.wants.put(pb.FetchControl(want=want))
+            self._held = None
 
     def close(self) -> None:
+        self._closed = True
         self.wants.put(None)
         self.call.cancel()
+        if self.bulk is not None:
+            self.bulk.close()
         if self.thread is not None:
             self.thread.join(timeout=5.0)
         if self.slots is not None:
             self.slots.close()
 
 
+def _same_batch(announced: BatchView, batch: BatchView, where: str) -> BatchView:
+    """`batch`, found in `where`, after checking it is the one the stream announced."""
+    if (batch.epoch, batch.rank, batch.step) != (announced.epoch, announced.rank, announced.step):
+        raise WireError(f"{where} holds step {batch.step} of epoch {batch.epoch} rank {batch.rank}, not step "
+                        f"{announced.step} of epoch {announced.epoch} rank {announced.rank}")
+    return batch
+
+
 class DirectPrefetcher:
     def __init__(self, addresses: list[str], target: FetchTarget, window_batches: int, window_bytes: int,
                  convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str,
                  channels: DecoderChannels, stats: LoaderStats | None = None,
-                 list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True) -> None:
+                 list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True,
+                 bulk: bool = True) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from (no decode "
                                      "node has joined its Ray cluster yet, or its actors are still starting)")
@@ -171,6 +227,7 @@ class DirectPrefetcher:
         self._stop = threading.Event()
         self._last_failure = ""
         self._shared_memory = shared_memory and shared_memory_available()
+        self._bulk = bulk
         for address in addresses:
             self._add_sender(address)
         if list_decoders is not None:
@@ -185,7 +242,8 @@ class DirectPrefetcher:
         if address in self._senders:
             return
         slots = SlotPool() if self._shared_memory and is_local_address(address) else None
-        sender = _Sender(address, self._target, self._channels.get(address), slots)
+        sender = _Sender(address, self._target, self._channels, slots, bulk=self._bulk and slots is None,
+                         timeout_s=self._timeout_s)
         self._senders[address] = sender
         self._scheduler.add_sender(address)
         sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,
@@ -213,26 +271,30 @@ class DirectPrefetcher:
     def _receive(self, sender: _Sender) -> None:
         failure: BaseException | None = None
         try:
-            for view in sender.call:
-                shared = view.shared is not None
-                view = sender.unwrap(view)
+            for announced in sender.call:
+                view = sender.unwrap(announced)
+                if view is None:
+                    continue
+                shared, bulk = announced.shared is not None, announced.bulk_size > 0
+                del announced
                 converted = (BatchHeader(view.epoch, view.step, view.replaced_samples), self._convert(view))
                 nbytes = sum(t.numel() * t.element_size() for t in converted[1].values())
                 del view  # the tensors keep what they need of the message
                 with self._cond:
                     if self._scheduler.received(sender.address, converted[0].step, nbytes):
                         self._stats.shared_batches += shared
+                        self._stats.bulk_batches += bulk
                         self._ready[converted[0].step] = converted
                         self._cond.notify_all()
                 del converted
             failure = ConnectionError("the stream ended")
-        except grpc.RpcError as exc:
-            failure = exc
-        except Exception as exc:  # a message that does not convert: this rank cannot go on
-            with self._cond:
-                self._error = self._error or exc
-                self._cond.notify_all()
-            return
+        except Exception as exc:
+            if isinstance(exc, ShardstreamError) or not isinstance(exc, (grpc.RpcError, OSError)):
+                with self._cond:  # a message that does not convert: this rank cannot go on
+                    self._error = self._error or exc
+                    self._cond.notify_all()
+                return
+            failure = exc  # the stream failed, or its bulk socket did
         with self._cond:
             if self._closed:
                 return

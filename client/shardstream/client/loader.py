@@ -82,6 +82,9 @@ class RemoteLoader:
         shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
             instead of sending them through a socket (docs/data-plane.md); ``False``: always the
             network path.
+        bulk_socket: take batch bytes from decoders on other hosts on a plain socket (TLS when
+            the service speaks it) beside each gRPC stream, which is cheaper to receive than a
+            gRPC message (docs/data-plane.md); ``False``: bytes come on the gRPC stream.
     """
 
     def __init__(
@@ -107,6 +110,7 @@ class RemoteLoader:
         reconnect_timeout: float | None = None,
         tls: TLS | None = None,
         shared_memory: bool = True,
+        bulk_socket: bool = True,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -121,6 +125,7 @@ class RemoteLoader:
         self.timeout = timeout
         self.pin_memory = self._resolve_pin(pin_memory)
         self.shared_memory = shared_memory
+        self.bulk_socket = bulk_socket
         self.epoch: int | None = None  # the epoch of the current or last iteration
         self._next_epoch: int | None = None
         self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
@@ -257,7 +262,8 @@ class RemoteLoader:
         self._decoder_channels.keep_only(self.job.batch_servers)
         return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
                                 self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
-                                self._decoder_channels, self.stats, self._list_decoders, self.shared_memory)
+                                self._decoder_channels, self.stats, self._list_decoders, self.shared_memory,
+                                self.bulk_socket)
 
     def _list_decoders(self) -> list[str]:
         """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined."""

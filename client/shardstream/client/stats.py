@@ -25,6 +25,7 @@ class LoaderStats:
     decoders_lost: int = 0  # direct data plane: decoder streams that failed under this loader
     steps_refetched: int = 0  # ... and the steps then asked of other decoders
     shared_batches: int = 0  # batches a decoder on this host wrote into shared memory (not sent)
+    bulk_batches: int = 0  # batches a decoder on another host sent on a bulk socket (not on gRPC)
 
     def add_batch(self, tensors: dict[str, torch.Tensor]) -> None:
         self.batches += 1

@@ -10,6 +10,7 @@ every training pod sets ``SHARDSTREAM_CLIENT_TLS_CA_FILE`` (and the client certi
 from __future__ import annotations
 
 import os
+import ssl
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -53,6 +54,13 @@ class TLS:
             root_certificates=_read(self.ca_file, "CA file") if self.ca_file else None,
             private_key=_read(self.key_file, "key file") if self.key_file else None,
             certificate_chain=_read(self.cert_file, "certificate file") if self.cert_file else None)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """The same verification for a plain socket (the decoders' bulk sockets, bulk_socket.py)."""
+        context = ssl.create_default_context(cafile=self.ca_file)
+        if self.cert_file and self.key_file:
+            context.load_cert_chain(self.cert_file, self.key_file)
+        return context
 
     def for_decoders(self, service_address: str) -> TLS:
         """The settings for the decode actors' batch servers (the direct data plane). They present

@@ -105,9 +105,10 @@ app.kubernetes.io/managed-by: {{ .ctx.Release.Service }}
 {{- $units }}
 {{- end }}
 
-{{/* How many data ports from decode.dataPort a decode worker's actors may take: two per actor. */}}
+{{/* How many data ports from decode.dataPort a decode worker's actors may take: four per actor
+(its gRPC port and its bulk port, each with a spare). */}}
 {{- define "shardstream.dataPorts" -}}
-{{- mul 2 (include "shardstream.decodeUnits" . | int) }}
+{{- mul 4 (include "shardstream.decodeUnits" . | int) }}
 {{- end }}
 
 {{/* Flags a decode worker's `ray start` gets, the user's decode.rayStartParams over the chart's. */}}

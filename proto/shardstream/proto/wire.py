@@ -36,9 +36,10 @@ WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "f
 
 # Field numbers of Batch and Tensor in loader.proto.
 _BATCH_EPOCH, _BATCH_RANK, _BATCH_STEP, _BATCH_TENSORS, _BATCH_INDICES, _BATCH_REPLACED = 1, 2, 3, 4, 5, 6
-_BATCH_SHARED = 7
+_BATCH_SHARED, _BATCH_BULK_OFFER, _BATCH_BULK_SIZE = 7, 8, 9
 _TENSOR_NAME, _TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_DATA = 1, 2, 3, 4
 _SHARED_SLOT, _SHARED_SIZE = 1, 2
+_OFFER_PORT, _OFFER_TOKEN = 1, 2
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 _MASK64 = (1 << 64) - 1
 
@@ -74,6 +75,15 @@ class SharedRef:
 
 
 @dataclass(frozen=True)
+class BulkOffer:
+    """A decoder's bulk port, and the token a connection to it sends first to join this stream;
+    port 0: the decoder has no bulk port (batches come on the stream)."""
+
+    port: int
+    token: bytes
+
+
+@dataclass(frozen=True)
 class BatchView:
     epoch: int
     rank: int
@@ -83,6 +93,8 @@ class BatchView:
     replaced_samples: int
     nbytes: int  # size of the whole message
     shared: SharedRef | None = None  # set when the batch itself is in a shared-memory slot
+    bulk_size: int = 0  # set when the batch itself follows on the bulk socket: its size
+    bulk_offer: BulkOffer | None = None  # set on a stream's first message when it has a bulk socket
 
 
 # ---------------------------------------------------------------- encoding
@@ -162,6 +174,17 @@ def encode_shared(epoch: int, rank: int, step: int, where: SharedRef) -> bytes:
     """The stream's message for a batch written into a shared-memory slot."""
     ref = _len_field(_SHARED_SLOT, where.slot.encode()) + _int_field(_SHARED_SIZE, where.size)
     return _header(epoch, rank, step) + _len_field(_BATCH_SHARED, ref)
+
+
+def encode_bulk(epoch: int, rank: int, step: int, size: int) -> bytes:
+    """The stream's message for a batch whose `size` bytes follow on the bulk socket."""
+    return _header(epoch, rank, step) + _key(_BATCH_BULK_SIZE, _VARINT) + _varint(size)
+
+
+def encode_bulk_offer(offer: BulkOffer) -> bytes:
+    """A stream's first message when the rank may connect a bulk socket."""
+    body = _int_field(_OFFER_PORT, offer.port) + (_len_field(_OFFER_TOKEN, offer.token) if offer.token else b"")
+    return _len_field(_BATCH_BULK_OFFER, body)
 
 
 @dataclass(frozen=True)
@@ -304,6 +327,8 @@ def parse_batch(message: bytes | memoryview) -> BatchView:
     tensors: list[TensorView] = []
     indices: list[int] = []
     shared: SharedRef | None = None
+    bulk_offer: BulkOffer | None = None
+    bulk_size = 0
     for field, _wire_type, value in _fields(buf):
         if field in ints and isinstance(value, int):
             ints[field] = _signed(value)
@@ -313,9 +338,16 @@ def parse_batch(message: bytes | memoryview) -> BatchView:
             indices += _unpack(value) if isinstance(value, memoryview) else [_signed(value)]
         elif field == _BATCH_SHARED and isinstance(value, memoryview):
             shared = _parse_shared(value)
+        elif field == _BATCH_BULK_SIZE and isinstance(value, int):
+            bulk_size = _signed(value)
+        elif field == _BATCH_BULK_OFFER and isinstance(value, memoryview):
+            bulk_offer = _parse_offer(value)
+    if bulk_size < 0:
+        raise WireError(f"a bulk batch's size must be >= 0, got {bulk_size}")
     return BatchView(epoch=ints[_BATCH_EPOCH], rank=ints[_BATCH_RANK], step=ints[_BATCH_STEP],
                      tensors=tuple(tensors), sample_indices=tuple(indices),
-                     replaced_samples=ints[_BATCH_REPLACED], nbytes=len(buf), shared=shared)
+                     replaced_samples=ints[_BATCH_REPLACED], nbytes=len(buf), shared=shared,
+                     bulk_size=bulk_size, bulk_offer=bulk_offer)
 
 
 def _parse_shared(buf: memoryview) -> SharedRef:
@@ -330,5 +362,18 @@ def _parse_shared(buf: memoryview) -> SharedRef:
     return SharedRef(slot, size)
 
 
-__all__ = ["WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "FrameHeader", "SharedRef", "TensorSpec",
-           "TensorView", "WireError", "encode_batch", "encode_shared", "parse_batch"]
+def _parse_offer(buf: memoryview) -> BulkOffer:
+    port, token = 0, b""
+    for field, _wire_type, value in _fields(buf):
+        if field == _OFFER_PORT and isinstance(value, int):
+            port = value
+        elif field == _OFFER_TOKEN and isinstance(value, memoryview):
+            token = bytes(value)
+    if port and (port >= 65536 or not token):
+        raise WireError(f"a bulk offer must name a port and a token (got port {port}, {len(token)}-byte token)")
+    return BulkOffer(port, token)
+
+
+__all__ = ["WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "BulkOffer", "FrameHeader", "SharedRef",
+           "TensorSpec", "TensorView", "WireError", "encode_batch", "encode_bulk", "encode_bulk_offer",
+           "encode_shared", "parse_batch"]

@@ -34,8 +34,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--allow-dataset-prefix", action="append", dest="allowed_dataset_prefixes",
                        metavar="URL", help="URL prefix clients' datasets must lie under (repeatable; "
                        "default: any)")
-    serve.add_argument("--data-port-base", type=int, help="decode actors' batch servers bind the first free "
-                       "port from here (default 0: any free port)")
+    serve.add_argument("--data-port-base", type=int, help="decode actors bind their gRPC and bulk ports, the "
+                       "first free ones from here (default 0: any free port)")
     serve.add_argument("--data-ports", type=int, help="how many ports from --data-port-base a node's decode "
                        "actors may take (default 32)")
     serve.add_argument("--local-copy-dir", help="where decode nodes keep the row groups they read "

@@ -32,7 +32,7 @@ class ServiceConfig:
     decoder_cpus: float = 1.0
     allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
     allowed_dataset_prefixes: tuple[str, ...] = ()  # URL prefixes clients' datasets must lie under; () any
-    data_port_base: int = 0  # decode actors' batch servers bind the first free port from here; 0: any
+    data_port_base: int = 0  # decode actors' gRPC and bulk ports: the first free ones from here; 0: any
     data_ports: int = 32  # ... among this many (data_port_base .. + data_ports - 1) on each node
     decode_timeout_s: float = 300.0  # deadline for one batch's decode
     row_group_cache_bytes: int = 256 * 2**20  # per decode actor, in memory

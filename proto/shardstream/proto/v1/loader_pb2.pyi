@@ -15,26 +15,30 @@ CORRUPT_POLICY_FAIL: CorruptPolicy
 CORRUPT_POLICY_SKIP: CorruptPolicy
 
 class FetchOpen(_message.Message):
-    __slots__ = ("protocol_version", "job_id", "epoch", "rank")
+    __slots__ = ("protocol_version", "job_id", "epoch", "rank", "bulk")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     job_id: str
     epoch: int
     rank: int
-    def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ...) -> None: ...
+    bulk: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., bulk: _Optional[bool] = ...) -> None: ...
 
 class Want(_message.Message):
-    __slots__ = ("step", "max_bytes", "slot")
+    __slots__ = ("step", "max_bytes", "slot", "bulk")
     STEP_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
+    BULK_FIELD_NUMBER: _ClassVar[int]
     step: int
     max_bytes: int
     slot: str
-    def __init__(self, step: _Optional[int] = ..., max_bytes: _Optional[int] = ..., slot: _Optional[str] = ...) -> None: ...
+    bulk: bool
+    def __init__(self, step: _Optional[int] = ..., max_bytes: _Optional[int] = ..., slot: _Optional[str] = ..., bulk: _Optional[bool] = ...) -> None: ...
 
 class FetchControl(_message.Message):
     __slots__ = ("open", "want")
@@ -119,7 +123,7 @@ class Tensor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("epoch", "rank", "step", "tensors", "sample_indices", "replaced_samples", "shared")
+    __slots__ = ("epoch", "rank", "step", "tensors", "sample_indices", "replaced_samples", "shared", "bulk_offer", "bulk_size")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -127,6 +131,8 @@ class Batch(_message.Message):
     SAMPLE_INDICES_FIELD_NUMBER: _ClassVar[int]
     REPLACED_SAMPLES_FIELD_NUMBER: _ClassVar[int]
     SHARED_FIELD_NUMBER: _ClassVar[int]
+    BULK_OFFER_FIELD_NUMBER: _ClassVar[int]
+    BULK_SIZE_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     rank: int
     step: int
@@ -134,7 +140,17 @@ class Batch(_message.Message):
     sample_indices: _containers.RepeatedScalarFieldContainer[int]
     replaced_samples: int
     shared: SharedBatch
-    def __init__(self, epoch: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., sample_indices: _Optional[_Iterable[int]] = ..., replaced_samples: _Optional[int] = ..., shared: _Optional[_Union[SharedBatch, _Mapping]] = ...) -> None: ...
+    bulk_offer: BulkOffer
+    bulk_size: int
+    def __init__(self, epoch: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., sample_indices: _Optional[_Iterable[int]] = ..., replaced_samples: _Optional[int] = ..., shared: _Optional[_Union[SharedBatch, _Mapping]] = ..., bulk_offer: _Optional[_Union[BulkOffer, _Mapping]] = ..., bulk_size: _Optional[int] = ...) -> None: ...
+
+class BulkOffer(_message.Message):
+    __slots__ = ("port", "token")
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    port: int
+    token: bytes
+    def __init__(self, port: _Optional[int] = ..., token: _Optional[bytes] = ...) -> None: ...
 
 class SharedBatch(_message.Message):
     __slots__ = ("slot", "size")

@@ -26,15 +26,26 @@ from shardstream.proto.errors import (
     DeadlineExceeded,
     InvalidJobSpec,
     ProtocolMismatch,
+    ServiceUnavailable,
     ShardstreamError,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import Allocate, SharedRef, encode_batch, encode_shared
+from shardstream.proto.wire import (
+    Allocate,
+    BulkOffer,
+    SharedRef,
+    encode_batch,
+    encode_bulk,
+    encode_bulk_offer,
+    encode_shared,
+)
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.config import ServeSettings
 from shardstream.service.node.batching import DecodedBatch
+from shardstream.service.node.bulk_listener import BulkConnection, BulkListener
 from shardstream.service.node.shared_slots import StreamSlots
 from shardstream.service.server_options import SERVER_OPTIONS
+from shardstream.service.tls import TlsFiles, credentials_from
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +58,7 @@ OnSent = Callable[[str, int, int, int, int, int], None]
 
 class BatchServer:
     def __init__(self, decode_step: DecodeStep, host: str, settings: ServeSettings | None = None,
-                 on_sent: OnSent | None = None, credentials: grpc.ServerCredentials | None = None) -> None:
+                 on_sent: OnSent | None = None, tls: TlsFiles | None = None) -> None:
         settings = settings or ServeSettings()
         ports, max_message_bytes = settings.ports, settings.max_message_bytes
         self._decode_timeout_s = settings.decode_timeout_s
@@ -58,7 +69,10 @@ class BatchServer:
         self._loop = asyncio.new_event_loop()
         self._server: grpc.aio.Server | None = None
         started = threading.Event()
-        self._credentials = credentials  # TLS (and client certificates) as on the service's port
+        # TLS (and client certificates) as on the service's port, on both ports
+        self._credentials = credentials_from(tls) if tls is not None else None
+        self._tls = tls
+        self._bulk: BulkListener | None = None  # the bulk port (bulk_listener.py)
         self._thread = threading.Thread(target=self._run, args=(host, ports, max_message_bytes, started),
                                         name="shardstream-batch-server", daemon=True)
         self._thread.start()
@@ -102,6 +116,11 @@ class BatchServer:
                 return
             await server.start()
             self._server = server
+            try:
+                self._bulk = BulkListener(host, [p for p in ports if p != self.port] or [0], self._tls)
+                self._bulk.start()
+            except OSError as exc:  # ranks elsewhere then get their batches on the stream
+                log.warning("no bulk port for this decoder: %s", exc)
 
         try:
             self._loop.run_until_complete(start())
@@ -109,7 +128,13 @@ class BatchServer:
             started.set()
         self._loop.run_forever()
 
+    @property
+    def bulk_port(self) -> int:
+        return self._bulk.port if self._bulk is not None else 0
+
     def stop(self, grace: float = 1.0) -> None:
+        if self._bulk is not None:
+            self._loop.call_soon_threadsafe(self._bulk.close)
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop).result(grace + 5)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -146,7 +171,13 @@ class BatchServer:
                      loop: asyncio.AbstractEventLoop) -> AsyncIterator[bytes]:
         """The batches of one opened stream, one per want, in the order asked."""
         slots = StreamSlots()  # the rank's shared-memory slots, when it offers them (shared_slots.py)
+        token = b""  # the stream's bulk socket, when the rank takes one (bulk_listener.py)
+        sending: asyncio.Task[None] | None = None  # the last frame going out on it
         try:
+            if opened.bulk:  # answered either way: the rank holds its wants until it knows
+                offer = self._bulk.offer() if self._bulk is not None else BulkOffer(0, b"")
+                token = offer.token
+                yield encode_bulk_offer(offer)
             async for control in requests:
                 if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
                     raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
@@ -164,11 +195,24 @@ class BatchServer:
                         "the rank's window allows: raise the client's prefetch_bytes")
                 if isinstance(message, SharedRef):
                     message = encode_shared(opened.epoch, opened.rank, want.step, message)
+                elif want.bulk:
+                    if not token or self._bulk is None:
+                        raise InvalidJobSpec("a want asked for its batch on a bulk socket this stream did "
+                                             "not offer (open the stream with bulk first)")
+                    connection = await self._bulk.attached(token)
+                    await _sent(sending)  # frames go out whole, one after another, in the order wanted
+                    sending = loop.create_task(_send(connection, message))
+                    message = encode_bulk(opened.epoch, opened.rank, want.step, size)
                 if self._on_sent is not None:
                     self._on_sent(opened.job_id, opened.epoch, opened.rank, want.step, len(decoded.indices), size)
                 del decoded
                 yield message
+            await _sent(sending)  # the last frame, before the socket closes
         finally:
+            if sending is not None:
+                sending.cancel()
+            if token and self._bulk is not None:
+                self._bulk.withdraw(token)
             try:  # after any decode still running for this stream: its fds must not be reused under it
                 self._decoder.submit(slots.close)
             except RuntimeError:  # the server is stopping, and the process with it
@@ -187,6 +231,19 @@ class BatchServer:
                 f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
         finally:
             self.queued -= 1
+
+
+async def _send(connection: BulkConnection, frame: bytes) -> None:
+    try:
+        await connection.send(frame)
+    except OSError as exc:
+        raise ServiceUnavailable(f"the rank's bulk socket failed while sending a batch: {exc}") from None
+
+
+async def _sent(sending: asyncio.Task[None] | None) -> None:
+    """Wait for a frame to be sent (raising what sending it raised)."""
+    if sending is not None:
+        await sending
 
 
 def _describe_ports(host: str, ports: Sequence[int]) -> str:

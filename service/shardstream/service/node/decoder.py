@@ -35,7 +35,7 @@ from shardstream.service.node.read_counters import ReadCounters, SharedReadCount
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.plan import PlanCache, check_step
-from shardstream.service.tls import TlsFiles, credentials_from
+from shardstream.service.tls import TlsFiles
 from shardstream.service.transforms import SampleTransform, build_transform
 
 log = logging.getLogger(__name__)
@@ -90,7 +90,7 @@ class DecodeWorker:
         self._report = DirectReport(ReadCounters(), {})
         self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address(), serving,
                                          on_sent=self._sent,
-                                         credentials=credentials_from(tls) if tls is not None else None)
+                                         tls=tls)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""

@@ -1,0 +1,171 @@
+"""Bulk sockets: a decoder's listener (service side) and a rank's socket (client side), for real on
+loopback: frames arrive whole and in order, a connection joins only the stream whose token it
+sends, TLS and client certificates hold as on the gRPC ports, and receive buffers are reused only
+once nothing views them."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+import torch
+
+from shardstream.client.bulk_socket import BufferPool, BulkSocket
+from shardstream.client.tls import TLS
+from shardstream.proto.errors import DeadlineExceeded
+from shardstream.proto.wire import BulkOffer
+from shardstream.service.node import bulk_listener
+from shardstream.service.node.bulk_listener import BulkConnection, BulkListener
+from shardstream.service.tls import TlsFiles
+from tests.certs import Pki, make_pki
+
+T = TypeVar("T")
+
+
+class Loop:
+    """An event loop on a thread of its own, as the batch server runs one."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self.thread.start()
+
+    def run(self, make: Callable[[], Any], timeout: float = 15.0) -> Any:
+        async def call() -> Any:
+            result = make()
+            return await result if asyncio.iscoroutine(result) else result
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def loop() -> Iterator[Loop]:
+    running = Loop()
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("bulk-pki"))
+
+
+def _listener(loop: Loop, tls: TlsFiles | None = None) -> BulkListener:
+    def start() -> BulkListener:
+        listener = BulkListener("127.0.0.1", [0], tls)
+        listener.start()
+        return listener
+    return loop.run(start)
+
+
+def _frames() -> list[bytes]:
+    rng = np.random.default_rng(0)
+    return [rng.integers(0, 256, size=size, dtype=np.uint8).tobytes() for size in (5 << 20, 1, 300_000, 0, 64)]
+
+
+def _send_all(loop: Loop, listener: BulkListener, offer: BulkOffer, frames: list[bytes]) -> None:
+    async def send() -> None:
+        connection: BulkConnection = await listener.attached(offer.token)
+        for frame in frames:
+            await connection.send(frame)
+    asyncio.run_coroutine_threadsafe(send(), loop.loop)
+
+
+def test_frames_arrive_whole_and_in_order(loop: Loop) -> None:
+    listener = _listener(loop)
+    offer = loop.run(listener.offer)
+    frames = _frames()
+    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=10)
+    _send_all(loop, listener, offer, frames)
+    assert [rank.receive(len(f)).tobytes() for f in frames] == frames
+    rank.close()
+    loop.run(listener.close)
+
+
+def test_over_tls_with_client_certificates(loop: Loop, pki: Pki) -> None:
+    listener = _listener(loop, TlsFiles(pki.server_cert, pki.server_key, pki.ca))
+    offer = loop.run(listener.offer)
+    frames = _frames()
+    trainer = TLS(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key, server_name="localhost")
+    rank = BulkSocket("127.0.0.1", offer, trainer, timeout_s=10)
+    _send_all(loop, listener, offer, frames)
+    assert [rank.receive(len(f)).tobytes() for f in frames] == frames
+    rank.close()
+
+    # no client certificate: the handshake fails, and no stream gets the connection
+    second = loop.run(listener.offer)
+    with pytest.raises(OSError):
+        stranger = BulkSocket("127.0.0.1", second, TLS(ca_file=pki.ca, server_name="localhost"), timeout_s=5)
+        stranger.receive(1)  # TLS 1.3 reports a refused client certificate on the first read
+    # plaintext to a TLS port: refused too
+    with pytest.raises(OSError):
+        BulkSocket("127.0.0.1", second, None, timeout_s=5).receive(1)
+    loop.run(listener.close)
+
+
+def test_a_connection_with_a_token_no_stream_offered_is_closed(loop: Loop, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(bulk_listener, "ATTACH_TIMEOUT_S", 0.5)
+    listener = _listener(loop)
+    offer = loop.run(listener.offer)
+    forged = BulkOffer(offer.port, bytes(16))
+    stranger = BulkSocket("127.0.0.1", forged, None, timeout_s=5)
+    with pytest.raises(ConnectionError, match="closed the bulk socket"):
+        stranger.receive(10)
+    with pytest.raises(DeadlineExceeded, match="none connected"):  # the real stream's rank never came
+        loop.run(lambda: listener.attached(offer.token))
+    loop.run(listener.close)
+
+
+def test_a_socket_closed_mid_frame_says_how_much_was_missing(loop: Loop) -> None:
+    listener = _listener(loop)
+    offer = loop.run(listener.offer)
+    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=10)
+
+    async def half_then_close() -> None:
+        connection = await listener.attached(offer.token)
+        await connection.send(b"x" * 1000)
+        listener.withdraw(offer.token)  # the stream ends: its socket closes
+
+    loop.run(half_then_close)
+    with pytest.raises(ConnectionError, match="1000 bytes before the end"):
+        rank.receive(2000)
+    rank.close()
+    loop.run(listener.close)
+
+
+def test_a_frame_that_does_not_come_times_out(loop: Loop) -> None:
+    listener = _listener(loop)
+    offer = loop.run(listener.offer)
+    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=0.5)
+    with pytest.raises(TimeoutError):
+        rank.receive(10)
+    rank.close()
+    loop.run(listener.close)
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+def test_a_receive_buffer_is_reused_only_once_nothing_views_it() -> None:
+    pool = BufferPool()
+    first = pool.lease(1000)
+    first_at = _address(first)
+    tensor = torch.frombuffer(memoryview(first), dtype=torch.uint8)  # as the loader's tensors view it
+    del first
+    gc.collect()
+    second = pool.lease(1000)
+    second_at = _address(second)
+    assert second_at != first_at  # the tensor still views the first
+    del tensor, second
+    gc.collect()
+    assert _address(pool.lease(900)) in {first_at, second_at}  # fits in a freed one
+    assert _address(pool.lease(100_000)) not in {first_at, second_at}  # fits in none: a new buffer
