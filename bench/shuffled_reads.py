@@ -3,6 +3,7 @@
     python -m bench.shuffled_reads                   # 1 GiB local dataset, 256 MiB of decoder memory
     python -m bench.shuffled_reads --gcs             # also: the same reads from a GCS API server
     python -m bench.shuffled_reads --quick           # a small run of every case
+    python -m bench.shuffled_reads --order-modes     # also: a local copy of a quarter of the dataset
 
 The dataset is pre-decoded fixed-size samples (16 KiB of random bytes, row
 groups of 512 rows, no transform, batch 64), four times larger than the
@@ -16,7 +17,15 @@ decode actors' memory (2 actors x 128 MiB). Every case runs on a fresh
 
 Read amplification is the bytes the decode actors read from storage (the
 service's own count, footers included) over the bytes of the columns read as
-they are stored. Targets: amplification <= 1.2 with shuffle on; shuffled
+they are stored.
+
+With ``--order-modes``, two more cases bound the local copy to a quarter of
+the dataset (a dataset larger than the cluster's cache, docs/order-modes.md):
+``exact, copy 1/4`` (DistributedSampler's order: a bounded number of
+batches, as the row-group reader) and ``blocks, copy 1/4`` (the block-shuffle
+order mode, ``shuffle_block`` of BLOCK_ROW_GROUPS row groups, two epochs).
+
+Targets: amplification <= 1.2 with shuffle on; shuffled
 samples/s >= 0.7x unshuffled, epoch by epoch. Cases alternate over
 ``--repetitions`` rounds; figures are medians.
 """
@@ -48,6 +57,7 @@ log = logging.getLogger(__name__)
 
 BUCKET = "shardstream-bench"
 DECODERS = 2
+BLOCK_ROW_GROUPS = 8  # --order-modes: shuffle_block, in row groups (64 MiB of the default workload)
 
 
 @dataclass(frozen=True)
@@ -131,22 +141,23 @@ def storage_bytes_read(address: str) -> int:
 
 
 def run_case(case: str, dataset: str, dataset_bytes: int, workload: Workload, work_dir: Path,
-             epochs: int, max_batches: int | None) -> list[CaseResult]:
-    """One fresh service with an empty local copy; `epochs` epochs of one rank."""
+             epochs: int, max_batches: int | None, copy_bytes: int = 64 << 30,
+             shuffle_block: int | None = None) -> list[CaseResult]:
+    """One fresh service with an empty local copy of `copy_bytes` (0: none); `epochs` epochs of one
+    rank."""
     from shardstream.client import RemoteLoader
 
     copy_dir = work_dir / "local-copy"
     shutil.rmtree(copy_dir, ignore_errors=True)
     config = {"row_group_cache_bytes": str(workload.decoder_memory_bytes),
-              "local_copy_dir": str(copy_dir),
-              "local_copy_bytes": "0" if case == "row-group reader" else str(64 << 30)}
+              "local_copy_dir": str(copy_dir), "local_copy_bytes": str(copy_bytes)}
     results = []
     with shardstream_service(DECODERS, work_dir, log_name=f"service-{case.replace(' ', '-')}.log",
                              config=config) as server:
         address = f"127.0.0.1:{server.announced}"
         with RemoteLoader(address, dataset=dataset, batch_size=workload.batch_size,
                           shuffle=case != "unshuffled", seed=0, drop_last=True, rank=0, world_size=1,
-                          job_name=f"bench-{case}") as loader:
+                          shuffle_block=shuffle_block, job_name=f"bench-{case}") as loader:
             for epoch in range(epochs):
                 loader.set_epoch(epoch)
                 before = storage_bytes_read(address)
@@ -177,14 +188,20 @@ def gcs_dataset(local: Path) -> Iterator[str]:
 
 
 def measure(store: str, dataset: str, dataset_bytes: int, workload: Workload, work_dir: Path,
-            repetitions: int) -> list[CaseResult]:
+            repetitions: int, order_modes: bool = False) -> list[CaseResult]:
     results: list[CaseResult] = []
+    quarter = dataset_bytes // 4
     for round_ in range(repetitions):
         log.info("%s: round %d of %d", store, round_ + 1, repetitions)
         results += run_case("row-group reader", dataset, dataset_bytes, workload, work_dir, 1,
-                            workload.baseline_batches)
+                            workload.baseline_batches, copy_bytes=0)
         for case in ("unshuffled", "shuffled"):
             results += run_case(case, dataset, dataset_bytes, workload, work_dir, 2, None)
+        if order_modes:
+            results += run_case("exact, copy 1/4", dataset, dataset_bytes, workload, work_dir, 1,
+                                workload.baseline_batches * 4, copy_bytes=quarter)
+            results += run_case("blocks, copy 1/4", dataset, dataset_bytes, workload, work_dir, 2, None,
+                                copy_bytes=quarter, shuffle_block=BLOCK_ROW_GROUPS * workload.rows_per_group)
     for r in results:
         r.case = f"{store} {r.case}"
     return results
@@ -205,7 +222,8 @@ def report(results: Sequence[CaseResult], workload: Workload, memory_bytes: int)
              f"| {'case':<24} | epoch | samples/s | storage bytes read / dataset bytes |",
              f"|{'-' * 26}|-------|-----------|------------------------------------|"]
     for (case, epoch), (rate, amp) in med.items():
-        note = "(sampled batches)" if "reader" in case else "(copy empty)" if epoch == 0 else ""
+        note = ("(sampled batches)" if "reader" in case or "exact" in case
+                else "(copy empty)" if epoch == 0 else "")
         lines.append(f"| {case:<24} | {epoch:>5} | {rate:>9,.0f} | {amp:>8.2f} {note:<25} |")
     targets = []
     for store in sorted({case.split(" ")[0] for case, _ in med}):
@@ -242,6 +260,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gcs", action="store_true", help="also read the dataset from a GCS API server")
     parser.add_argument("--gcs-only", action="store_true", help="only the GCS API server")
     parser.add_argument("--repetitions", type=int, default=1)
+    parser.add_argument("--order-modes", action="store_true",
+                        help="also: exact and block-shuffle orders with a local copy of a quarter of the dataset")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     parser.add_argument("--log-level", default="WARNING")
     args = parser.parse_args(argv)
@@ -255,10 +275,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     dataset_bytes = stored_bytes(local)
     results: list[CaseResult] = []
     if not args.gcs_only:
-        results += measure("local", str(local), dataset_bytes, workload, work_dir, args.repetitions)
+        results += measure("local", str(local), dataset_bytes, workload, work_dir, args.repetitions,
+                           args.order_modes)
     if args.gcs or args.gcs_only:
         with gcs_dataset(local) as url:
-            results += measure("gs://", url, dataset_bytes, workload, work_dir, args.repetitions)
+            results += measure("gs://", url, dataset_bytes, workload, work_dir, args.repetitions,
+                               args.order_modes)
     table, targets = report(results, workload, DECODERS * workload.decoder_memory_bytes)
     command = " ".join(["python -m bench.shuffled_reads", *(sys.argv[1:] if argv is None else argv)])
     print(f"{command}  ({now:%Y-%m-%d %H:%M} UTC, revision {git_revision()})\n\n{table}")

@@ -59,6 +59,11 @@ class RemoteLoader:
         address: ``host:port`` of the service.
         dataset: a directory, glob or file URL (any fsspec URL), or a list of them.
         batch_size, shuffle, seed, drop_last: as for DataLoader + DistributedSampler.
+        shuffle_block: None (default): DistributedSampler's exact order. A number of samples:
+            the block-shuffle order mode for datasets larger than the decoders' cache: row groups
+            in a random order, then each run of this many samples shuffled among themselves
+            (docs/order-modes.md). Deterministic from (seed, epoch), equal batches on every
+            rank, resumable, but not DistributedSampler's order.
         transform: a built-in transform name (``"image"``) or ``"module:factory"``.
         transform_args: keyword arguments for the transform.
         columns: the columns to load (default: all).
@@ -111,6 +116,7 @@ class RemoteLoader:
         tls: TLS | None = None,
         shared_memory: bool = True,
         bulk_socket: bool = True,
+        shuffle_block: int | None = None,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -133,7 +139,7 @@ class RemoteLoader:
         datasets = [dataset] if isinstance(dataset, str) else list(dataset)
         self.spec = pb.JobSpec(
             dataset=datasets, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-            world_size=self.world_size,
+            world_size=self.world_size, shuffle_block=shuffle_block or 0,
             transform=pb.TransformSpec(name=transform or "", args_json=json.dumps(dict(transform_args or {}))),
             columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
         )

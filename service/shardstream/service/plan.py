@@ -4,6 +4,17 @@ A pure function of (N, world size, batch size, shuffle, seed, drop_last,
 epoch): it reproduces ``DistributedSampler`` + ``set_epoch`` + ``DataLoader``
 bit for bit by calling torch's own ``randperm`` with the same generator seed.
 Nothing here depends on timing, worker count or which actor decodes what.
+
+The second order mode, block shuffle (``shuffle_block`` > 0, docs/order-modes.md),
+replaces only the epoch's order: the row groups in a random order, then each
+run of ``shuffle_block`` samples of that sequence shuffled among themselves
+(MosaicML Streaming's "py1s" shape). It is not DistributedSampler's order, but
+it is made the same way from (seed, epoch) alone, and ranks take every W-th
+sample of it as in the exact mode, so equal batch counts, resume and elastic
+resume (the same global batch size) hold unchanged. What it buys: the
+samples of one step come from a window of about ``shuffle_block`` samples of
+consecutive row groups, so the decoders read a dataset larger than their
+cache as a stream rather than at random.
 """
 
 from __future__ import annotations
@@ -29,6 +40,8 @@ class SamplingSpec:
     shuffle: bool
     seed: int
     drop_last: bool
+    shuffle_block: int = 0  # 0: DistributedSampler's exact order; > 0: block shuffle (above)
+    unit_rows: tuple[int, ...] = ()  # block shuffle: rows of each row group, in global order
 
     @property
     def samples_per_rank(self) -> int:
@@ -57,7 +70,9 @@ class EpochPlan:
     def order(self) -> np.ndarray:
         s = self.sampling
         n = s.num_samples_total
-        if s.shuffle:
+        if s.shuffle and s.shuffle_block:
+            indices = block_shuffle(s.unit_rows, s.shuffle_block, s.seed + self.epoch)
+        elif s.shuffle:
             generator = torch.Generator()
             generator.manual_seed(s.seed + self.epoch)
             indices = torch.randperm(n, generator=generator).numpy().astype(np.int64)
@@ -76,6 +91,22 @@ class EpochPlan:
         if not 0 <= step < self.sampling.batches_per_rank:
             raise IndexError(f"step {step} is outside 0..{self.sampling.batches_per_rank - 1}")
         return self.rank_indices(rank)[step * b : (step + 1) * b]
+
+
+def block_shuffle(unit_rows: tuple[int, ...], block: int, seed: int) -> np.ndarray:
+    """The row groups (of `unit_rows` rows each, in global order) in a random order, then each run
+    of `block` samples of that sequence in a random order; torch's generator, as the exact mode."""
+    rows = np.asarray(unit_rows, dtype=np.int64)
+    n = int(rows.sum())
+    generator = torch.Generator()
+    generator.manual_seed(seed)
+    units = torch.randperm(len(rows), generator=generator).numpy()
+    lengths = rows[units]
+    starts = np.cumsum(rows) - rows  # each row group's first global index
+    # row j of the sequence is row (j - where its group begins in the sequence) of its group
+    sequence = np.repeat(starts[units] - (np.cumsum(lengths) - lengths), lengths) + np.arange(n)
+    keys = torch.randperm(n, generator=generator).numpy()  # distinct: the sort below has no ties
+    return sequence[np.argsort((np.arange(n) // block) * n + keys)]
 
 
 class PlanCache:
@@ -117,4 +148,4 @@ def check_step(sampling: SamplingSpec, epoch: int, rank: int, step: int) -> None
         raise InvalidJobSpec(f"step {step} is outside 0..{sampling.batches_per_rank - 1}")
 
 
-__all__ = ["EpochPlan", "PlanCache", "SamplingSpec", "check_epoch_and_rank", "check_step"]
+__all__ = ["EpochPlan", "PlanCache", "SamplingSpec", "block_shuffle", "check_epoch_and_rank", "check_step"]

@@ -24,15 +24,15 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!shardstream/proto/v1/loader.proto\x12\x0eshardstream.v1\"`\n\tFetchOpen\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x0c\n\x04\x62ulk\x18\x05 \x01(\x08\"C\n\x04Want\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x11\n\tmax_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04slot\x18\x03 \x01(\t\x12\x0c\n\x04\x62ulk\x18\x04 \x01(\x08\"g\n\x0c\x46\x65tchControl\x12)\n\x04open\x18\x01 \x01(\x0b\x32\x19.shardstream.v1.FetchOpenH\x00\x12$\n\x04want\x18\x02 \x01(\x0b\x32\x14.shardstream.v1.WantH\x00\x42\x06\n\x04kind\"0\n\rTransformSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\"\xea\x01\n\x07JobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x03(\t\x12\x12\n\nbatch_size\x18\x02 \x01(\x03\x12\x0f\n\x07shuffle\x18\x03 \x01(\x08\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12\x11\n\tdrop_last\x18\x05 \x01(\x08\x12\x12\n\nworld_size\x18\x06 \x01(\x05\x12\x30\n\ttransform\x18\x07 \x01(\x0b\x32\x1d.shardstream.v1.TransformSpec\x12\x0f\n\x07\x63olumns\x18\x08 \x03(\t\x12\x31\n\non_corrupt\x18\t \x01(\x0e\x32\x1d.shardstream.v1.CorruptPolicy\"q\n\x0eOpenJobRequest\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12%\n\x04spec\x18\x03 \x01(\x0b\x32\x17.shardstream.v1.JobSpec\x12\x0c\n\x04rank\x18\x04 \x01(\x05\"\xcb\x01\n\x0fOpenJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10spec_fingerprint\x18\x02 \x01(\t\x12\x1b\n\x13\x64\x61taset_fingerprint\x18\x03 \x01(\t\x12\x13\n\x0bnum_samples\x18\x04 \x01(\x03\x12\x18\n\x10samples_per_rank\x18\x05 \x01(\x03\x12\x18\n\x10\x62\x61tches_per_rank\x18\x06 \x01(\x03\x12\x11\n\tnum_files\x18\x07 \x01(\x05\x12\x15\n\rbatch_servers\x18\x08 \x03(\t\"B\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\xfc\x01\n\x05\x42\x61tch\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\'\n\x07tensors\x18\x04 \x03(\x0b\x32\x16.shardstream.v1.Tensor\x12\x16\n\x0esample_indices\x18\x05 \x03(\x03\x12\x18\n\x10replaced_samples\x18\x06 \x01(\x05\x12+\n\x06shared\x18\x07 \x01(\x0b\x32\x1b.shardstream.v1.SharedBatch\x12-\n\nbulk_offer\x18\x08 \x01(\x0b\x32\x19.shardstream.v1.BulkOffer\x12\x11\n\tbulk_size\x18\t \x01(\x03\"(\n\tBulkOffer\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\x0c\")\n\x0bSharedBatch\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\"\x12\n\x10GetStatusRequest\"\x84\x02\n\tJobStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x18\n\x10\x62\x61tches_per_rank\x18\x04 \x01(\x03\x12\x12\n\nworld_size\x18\x05 \x01(\x05\x12\x16\n\x0e\x62\x61tches_served\x18\x06 \x01(\x03\x12\x16\n\x0esamples_served\x18\x07 \x01(\x03\x12\x14\n\x0c\x62ytes_served\x18\x08 \x01(\x03\x12\x18\n\x10samples_replaced\x18\t \x01(\x03\x12\x16\n\x0e\x61\x63tive_streams\x18\n \x01(\x05\x12\x1a\n\x12samples_per_second\x18\x0b \x01(\x01\"D\n\rDecoderStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x11\n\tin_flight\x18\x02 \x01(\x05\x12\x0f\n\x07\x64\x65\x63oded\x18\x03 \x01(\x03\"\xd0\x02\n\tNodeReads\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1a\n\x12storage_bytes_read\x18\x02 \x01(\x03\x12\x1f\n\x17storage_row_groups_read\x18\x03 \x01(\x03\x12\x13\n\x0bmemory_hits\x18\x04 \x01(\x03\x12\x15\n\rmemory_misses\x18\x05 \x01(\x03\x12\x11\n\tdisk_hits\x18\x06 \x01(\x03\x12\x13\n\x0b\x64isk_misses\x18\x07 \x01(\x03\x12\x12\n\ndisk_bytes\x18\x08 \x01(\x03\x12\x1c\n\x14prepared_memory_hits\x18\t \x01(\x03\x12\x1a\n\x12prepared_disk_hits\x18\n \x01(\x03\x12\x17\n\x0fprepared_misses\x18\x0b \x01(\x03\x12\x1d\n\x15prepared_memory_bytes\x18\x0c \x01(\x03\x12\x1b\n\x13prepared_disk_bytes\x18\r \x01(\x03\"\xe2\x01\n\rServiceStatus\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08\x64\x65\x63oders\x18\x02 \x01(\x05\x12\'\n\x04jobs\x18\x03 \x03(\x0b\x32\x19.shardstream.v1.JobStatus\x12\x16\n\x0euptime_seconds\x18\x04 \x01(\x01\x12\x35\n\x0e\x64\x65\x63oder_status\x18\x05 \x03(\x0b\x32\x1d.shardstream.v1.DecoderStatus\x12-\n\nnode_reads\x18\x06 \x03(\x0b\x32\x19.shardstream.v1.NodeReads*A\n\rCorruptPolicy\x12\x17\n\x13\x43ORRUPT_POLICY_FAIL\x10\x00\x12\x17\n\x13\x43ORRUPT_POLICY_SKIP\x10\x01\x32\xa2\x01\n\x06Loader\x12J\n\x07OpenJob\x12\x1e.shardstream.v1.OpenJobRequest\x1a\x1f.shardstream.v1.OpenJobResponse\x12L\n\tGetStatus\x12 .shardstream.v1.GetStatusRequest\x1a\x1d.shardstream.v1.ServiceStatus2V\n\x0b\x42\x61tchServer\x12G\n\x0c\x46\x65tchBatches\x12\x1c.shardstream.v1.FetchControl\x1a\x15.shardstream.v1.Batch(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n!shardstream/proto/v1/loader.proto\x12\x0eshardstream.v1\"`\n\tFetchOpen\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x0e\n\x06job_id\x18\x02 \x01(\t\x12\r\n\x05\x65poch\x18\x03 \x01(\x03\x12\x0c\n\x04rank\x18\x04 \x01(\x05\x12\x0c\n\x04\x62ulk\x18\x05 \x01(\x08\"C\n\x04Want\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x11\n\tmax_bytes\x18\x02 \x01(\x03\x12\x0c\n\x04slot\x18\x03 \x01(\t\x12\x0c\n\x04\x62ulk\x18\x04 \x01(\x08\"g\n\x0c\x46\x65tchControl\x12)\n\x04open\x18\x01 \x01(\x0b\x32\x19.shardstream.v1.FetchOpenH\x00\x12$\n\x04want\x18\x02 \x01(\x0b\x32\x14.shardstream.v1.WantH\x00\x42\x06\n\x04kind\"0\n\rTransformSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\targs_json\x18\x02 \x01(\t\"\x81\x02\n\x07JobSpec\x12\x0f\n\x07\x64\x61taset\x18\x01 \x03(\t\x12\x12\n\nbatch_size\x18\x02 \x01(\x03\x12\x0f\n\x07shuffle\x18\x03 \x01(\x08\x12\x0c\n\x04seed\x18\x04 \x01(\x03\x12\x11\n\tdrop_last\x18\x05 \x01(\x08\x12\x12\n\nworld_size\x18\x06 \x01(\x05\x12\x30\n\ttransform\x18\x07 \x01(\x0b\x32\x1d.shardstream.v1.TransformSpec\x12\x0f\n\x07\x63olumns\x18\x08 \x03(\t\x12\x31\n\non_corrupt\x18\t \x01(\x0e\x32\x1d.shardstream.v1.CorruptPolicy\x12\x15\n\rshuffle_block\x18\n \x01(\x03\"q\n\x0eOpenJobRequest\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12%\n\x04spec\x18\x03 \x01(\x0b\x32\x17.shardstream.v1.JobSpec\x12\x0c\n\x04rank\x18\x04 \x01(\x05\"\xcb\x01\n\x0fOpenJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x18\n\x10spec_fingerprint\x18\x02 \x01(\t\x12\x1b\n\x13\x64\x61taset_fingerprint\x18\x03 \x01(\t\x12\x13\n\x0bnum_samples\x18\x04 \x01(\x03\x12\x18\n\x10samples_per_rank\x18\x05 \x01(\x03\x12\x18\n\x10\x62\x61tches_per_rank\x18\x06 \x01(\x03\x12\x11\n\tnum_files\x18\x07 \x01(\x05\x12\x15\n\rbatch_servers\x18\x08 \x03(\t\"B\n\x06Tensor\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05\x64type\x18\x02 \x01(\t\x12\r\n\x05shape\x18\x03 \x03(\x03\x12\x0c\n\x04\x64\x61ta\x18\x04 \x01(\x0c\"\xfc\x01\n\x05\x42\x61tch\x12\r\n\x05\x65poch\x18\x01 \x01(\x03\x12\x0c\n\x04rank\x18\x02 \x01(\x05\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\'\n\x07tensors\x18\x04 \x03(\x0b\x32\x16.shardstream.v1.Tensor\x12\x16\n\x0esample_indices\x18\x05 \x03(\x03\x12\x18\n\x10replaced_samples\x18\x06 \x01(\x05\x12+\n\x06shared\x18\x07 \x01(\x0b\x32\x1b.shardstream.v1.SharedBatch\x12-\n\nbulk_offer\x18\x08 \x01(\x0b\x32\x19.shardstream.v1.BulkOffer\x12\x11\n\tbulk_size\x18\t \x01(\x03\"(\n\tBulkOffer\x12\x0c\n\x04port\x18\x01 \x01(\x05\x12\r\n\x05token\x18\x02 \x01(\x0c\")\n\x0bSharedBatch\x12\x0c\n\x04slot\x18\x01 \x01(\t\x12\x0c\n\x04size\x18\x02 \x01(\x03\"\x12\n\x10GetStatusRequest\"\x84\x02\n\tJobStatus\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08job_name\x18\x02 \x01(\t\x12\x13\n\x0bnum_samples\x18\x03 \x01(\x03\x12\x18\n\x10\x62\x61tches_per_rank\x18\x04 \x01(\x03\x12\x12\n\nworld_size\x18\x05 \x01(\x05\x12\x16\n\x0e\x62\x61tches_served\x18\x06 \x01(\x03\x12\x16\n\x0esamples_served\x18\x07 \x01(\x03\x12\x14\n\x0c\x62ytes_served\x18\x08 \x01(\x03\x12\x18\n\x10samples_replaced\x18\t \x01(\x03\x12\x16\n\x0e\x61\x63tive_streams\x18\n \x01(\x05\x12\x1a\n\x12samples_per_second\x18\x0b \x01(\x01\"D\n\rDecoderStatus\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x11\n\tin_flight\x18\x02 \x01(\x05\x12\x0f\n\x07\x64\x65\x63oded\x18\x03 \x01(\x03\"\xd0\x02\n\tNodeReads\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x1a\n\x12storage_bytes_read\x18\x02 \x01(\x03\x12\x1f\n\x17storage_row_groups_read\x18\x03 \x01(\x03\x12\x13\n\x0bmemory_hits\x18\x04 \x01(\x03\x12\x15\n\rmemory_misses\x18\x05 \x01(\x03\x12\x11\n\tdisk_hits\x18\x06 \x01(\x03\x12\x13\n\x0b\x64isk_misses\x18\x07 \x01(\x03\x12\x12\n\ndisk_bytes\x18\x08 \x01(\x03\x12\x1c\n\x14prepared_memory_hits\x18\t \x01(\x03\x12\x1a\n\x12prepared_disk_hits\x18\n \x01(\x03\x12\x17\n\x0fprepared_misses\x18\x0b \x01(\x03\x12\x1d\n\x15prepared_memory_bytes\x18\x0c \x01(\x03\x12\x1b\n\x13prepared_disk_bytes\x18\r \x01(\x03\"\xe2\x01\n\rServiceStatus\x12\x18\n\x10protocol_version\x18\x01 \x01(\r\x12\x10\n\x08\x64\x65\x63oders\x18\x02 \x01(\x05\x12\'\n\x04jobs\x18\x03 \x03(\x0b\x32\x19.shardstream.v1.JobStatus\x12\x16\n\x0euptime_seconds\x18\x04 \x01(\x01\x12\x35\n\x0e\x64\x65\x63oder_status\x18\x05 \x03(\x0b\x32\x1d.shardstream.v1.DecoderStatus\x12-\n\nnode_reads\x18\x06 \x03(\x0b\x32\x19.shardstream.v1.NodeReads*A\n\rCorruptPolicy\x12\x17\n\x13\x43ORRUPT_POLICY_FAIL\x10\x00\x12\x17\n\x13\x43ORRUPT_POLICY_SKIP\x10\x01\x32\xa2\x01\n\x06Loader\x12J\n\x07OpenJob\x12\x1e.shardstream.v1.OpenJobRequest\x1a\x1f.shardstream.v1.OpenJobResponse\x12L\n\tGetStatus\x12 .shardstream.v1.GetStatusRequest\x1a\x1d.shardstream.v1.ServiceStatus2V\n\x0b\x42\x61tchServer\x12G\n\x0c\x46\x65tchBatches\x12\x1c.shardstream.v1.FetchControl\x1a\x15.shardstream.v1.Batch(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'shardstream.proto.v1.loader_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_CORRUPTPOLICY']._serialized_start=2262
-  _globals['_CORRUPTPOLICY']._serialized_end=2327
+  _globals['_CORRUPTPOLICY']._serialized_start=2285
+  _globals['_CORRUPTPOLICY']._serialized_end=2350
   _globals['_FETCHOPEN']._serialized_start=53
   _globals['_FETCHOPEN']._serialized_end=149
   _globals['_WANT']._serialized_start=151
@@ -42,31 +42,31 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TRANSFORMSPEC']._serialized_start=325
   _globals['_TRANSFORMSPEC']._serialized_end=373
   _globals['_JOBSPEC']._serialized_start=376
-  _globals['_JOBSPEC']._serialized_end=610
-  _globals['_OPENJOBREQUEST']._serialized_start=612
-  _globals['_OPENJOBREQUEST']._serialized_end=725
-  _globals['_OPENJOBRESPONSE']._serialized_start=728
-  _globals['_OPENJOBRESPONSE']._serialized_end=931
-  _globals['_TENSOR']._serialized_start=933
-  _globals['_TENSOR']._serialized_end=999
-  _globals['_BATCH']._serialized_start=1002
-  _globals['_BATCH']._serialized_end=1254
-  _globals['_BULKOFFER']._serialized_start=1256
-  _globals['_BULKOFFER']._serialized_end=1296
-  _globals['_SHAREDBATCH']._serialized_start=1298
-  _globals['_SHAREDBATCH']._serialized_end=1339
-  _globals['_GETSTATUSREQUEST']._serialized_start=1341
-  _globals['_GETSTATUSREQUEST']._serialized_end=1359
-  _globals['_JOBSTATUS']._serialized_start=1362
-  _globals['_JOBSTATUS']._serialized_end=1622
-  _globals['_DECODERSTATUS']._serialized_start=1624
-  _globals['_DECODERSTATUS']._serialized_end=1692
-  _globals['_NODEREADS']._serialized_start=1695
-  _globals['_NODEREADS']._serialized_end=2031
-  _globals['_SERVICESTATUS']._serialized_start=2034
-  _globals['_SERVICESTATUS']._serialized_end=2260
-  _globals['_LOADER']._serialized_start=2330
-  _globals['_LOADER']._serialized_end=2492
-  _globals['_BATCHSERVER']._serialized_start=2494
-  _globals['_BATCHSERVER']._serialized_end=2580
+  _globals['_JOBSPEC']._serialized_end=633
+  _globals['_OPENJOBREQUEST']._serialized_start=635
+  _globals['_OPENJOBREQUEST']._serialized_end=748
+  _globals['_OPENJOBRESPONSE']._serialized_start=751
+  _globals['_OPENJOBRESPONSE']._serialized_end=954
+  _globals['_TENSOR']._serialized_start=956
+  _globals['_TENSOR']._serialized_end=1022
+  _globals['_BATCH']._serialized_start=1025
+  _globals['_BATCH']._serialized_end=1277
+  _globals['_BULKOFFER']._serialized_start=1279
+  _globals['_BULKOFFER']._serialized_end=1319
+  _globals['_SHAREDBATCH']._serialized_start=1321
+  _globals['_SHAREDBATCH']._serialized_end=1362
+  _globals['_GETSTATUSREQUEST']._serialized_start=1364
+  _globals['_GETSTATUSREQUEST']._serialized_end=1382
+  _globals['_JOBSTATUS']._serialized_start=1385
+  _globals['_JOBSTATUS']._serialized_end=1645
+  _globals['_DECODERSTATUS']._serialized_start=1647
+  _globals['_DECODERSTATUS']._serialized_end=1715
+  _globals['_NODEREADS']._serialized_start=1718
+  _globals['_NODEREADS']._serialized_end=2054
+  _globals['_SERVICESTATUS']._serialized_start=2057
+  _globals['_SERVICESTATUS']._serialized_end=2283
+  _globals['_LOADER']._serialized_start=2353
+  _globals['_LOADER']._serialized_end=2515
+  _globals['_BATCHSERVER']._serialized_start=2517
+  _globals['_BATCHSERVER']._serialized_end=2603
 # @@protoc_insertion_point(module_scope)

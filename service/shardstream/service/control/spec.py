@@ -29,6 +29,7 @@ class JobSpec:
     transform_args: str = "{}"  # canonical JSON
     columns: tuple[str, ...] = ()
     on_corrupt: str = "fail"
+    shuffle_block: int = 0  # 0: DistributedSampler's order; > 0: block shuffle (plan.py)
 
     def __post_init__(self) -> None:
         if not self.dataset or any(not d for d in self.dataset):
@@ -39,6 +40,10 @@ class JobSpec:
             raise InvalidJobSpec(f"world_size must be > 0, got {self.world_size}")
         if self.on_corrupt not in CORRUPT_POLICIES.values():
             raise InvalidJobSpec(f"on_corrupt must be 'fail' or 'skip', got {self.on_corrupt!r}")
+        if self.shuffle_block < 0:
+            raise InvalidJobSpec(f"shuffle_block must be >= 0 (0: the exact order), got {self.shuffle_block}")
+        if self.shuffle_block and not self.shuffle:
+            raise InvalidJobSpec("shuffle_block is a way to shuffle: set shuffle=True with it, or leave it out")
         if len(set(self.columns)) != len(self.columns):
             raise InvalidJobSpec(f"columns has duplicates: {list(self.columns)}")
 
@@ -64,6 +69,7 @@ class JobSpec:
             transform_args=json.dumps(parsed, sort_keys=True, separators=(",", ":")),
             columns=tuple(msg.columns),
             on_corrupt=CORRUPT_POLICIES[msg.on_corrupt],
+            shuffle_block=msg.shuffle_block,
         )
 
     @property
@@ -72,7 +78,10 @@ class JobSpec:
 
     @property
     def fingerprint(self) -> str:
-        blob = json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+        fields_ = asdict(self)
+        if not self.shuffle_block:  # the exact order: the fingerprint jobs had before block shuffle
+            del fields_["shuffle_block"]
+        blob = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
     def differences(self, other: JobSpec) -> list[str]:
