@@ -209,8 +209,10 @@ class BatchServer:
                 yield message
             await _sent(sending)  # the last frame, before the socket closes
         finally:
-            if sending is not None:
+            if sending is not None and not sending.done():
                 sending.cancel()
+            elif sending is not None and not sending.cancelled():
+                sending.exception()  # retrieved: the stream's end already says what went wrong
             if token and self._bulk is not None:
                 self._bulk.withdraw(token)
             try:  # after any decode still running for this stream: its fds must not be reused under it
