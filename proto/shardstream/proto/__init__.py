@@ -5,7 +5,9 @@
 - ``wire``: tensors as raw bytes + dtype + shape.
 """
 
-PROTOCOL_VERSION = 1
+# 2: bulk sockets. A rank opening a stream with `bulk` waits for the decoder's offer, which a
+# decoder of version 1 would never send: versions that differ are refused at once, by name.
+PROTOCOL_VERSION = 2
 SERVICE_NAME = "shardstream.v1.Loader"
 # Each decode actor's own port (docs/data-plane.md). FetchBatches is served and
 # called with hand-framed Batch bytes (see wire.py), so both sides name the
