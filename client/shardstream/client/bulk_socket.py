@@ -22,6 +22,7 @@ import weakref
 
 import numpy as np
 
+from shardstream.client.channels import host_of
 from shardstream.client.tls import TLS
 from shardstream.proto.wire import BulkOffer
 
@@ -101,9 +102,8 @@ class BulkSocket:
 
 def connect(address: str, offer: BulkOffer, tls: TLS | None, timeout_s: float) -> BulkSocket | None:
     """The bulk socket a decoder offered, or None (logged) when it cannot be connected."""
-    host = address.rsplit(":", 1)[0].strip("[]")
     try:
-        return BulkSocket(host, offer, tls, timeout_s)
+        return BulkSocket(host_of(address), offer, tls, timeout_s)
     except OSError as exc:  # ssl.SSLError included
         log.warning("cannot connect the bulk socket of decoder %s (port %d: %s); its batches come on the "
                     "gRPC stream instead", address, offer.port, exc)

@@ -18,6 +18,11 @@ import grpc
 from shardstream.client.tls import TLS, open_channel
 
 
+def host_of(address: str) -> str:
+    """The host of a ``host:port`` (brackets of an IPv6 literal removed)."""
+    return address.rsplit(":", 1)[0].strip("[]")
+
+
 class DecoderChannels:
     def __init__(self, tls: TLS | None, options: Sequence[tuple[str, object]]) -> None:
         self.tls = tls
@@ -46,4 +51,4 @@ class DecoderChannels:
         self.keep_only(())
 
 
-__all__ = ["DecoderChannels"]
+__all__ = ["DecoderChannels", "host_of"]

@@ -28,6 +28,7 @@ import weakref
 
 import numpy as np
 
+from shardstream.client.channels import host_of
 from shardstream.proto.slots import SHARED_MEMORY_DIR, new_slot_name
 from shardstream.proto.wire import SharedRef, WireError
 
@@ -38,7 +39,7 @@ log = logging.getLogger(__name__)
 def is_local_address(address: str) -> bool:
     """Whether a decoder's ``host:port`` is on this host: loopback, or an address one of this
     host's interfaces holds (only those can be bound)."""
-    host = address.rsplit(":", 1)[0].strip("[]")
+    host = host_of(address)
     if host == "localhost":
         return True
     try:

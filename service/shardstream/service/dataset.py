@@ -59,6 +59,11 @@ class DatasetIndex:
         """Global index of each shard's first row (len = shards + 1)."""
         return np.concatenate([[0], np.cumsum([s.num_rows for s in self.shards])]).astype(np.int64)
 
+    @property
+    def row_group_rows(self) -> tuple[int, ...]:
+        """Rows of every row group, in global order."""
+        return tuple(rows for shard in self.shards for rows in shard.row_group_rows)
+
     @functools.cached_property
     def fingerprint(self) -> str:
         """Computed once: every rank's OpenJob returns it."""

@@ -96,6 +96,25 @@ class CertificateFiles:
         return configuration
 
 
+def server_ssl_context(tls: TlsFiles, previous: ssl.SSLContext | None = None) -> ssl.SSLContext:
+    """The same files as an ``ssl`` context, for a port gRPC does not serve (a decode actor's bulk
+    port). Read as they are now, so each new connection gets a renewed certificate; `previous`
+    when they cannot be loaded (caught half-written), as the gRPC ports keep theirs."""
+    try:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        context.load_cert_chain(tls.cert_file, tls.key_file)
+        if tls.client_ca_file:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(tls.client_ca_file)
+        return context
+    except (OSError, ssl.SSLError) as exc:
+        if previous is None:
+            raise ValueError(f"cannot load the TLS files {tls.cert_file!r}, {tls.key_file!r}: {exc}") from None
+        log.warning("TLS files changed but could not be loaded (%s); keeping the previous certificate", exc)
+        return previous
+
+
 def server_credentials(config: ServiceConfig) -> grpc.ServerCredentials | None:
     """The port's credentials, or None for plaintext."""
     tls = TlsFiles.of(config)
@@ -108,4 +127,4 @@ def credentials_from(tls: TlsFiles) -> grpc.ServerCredentials:
                                                require_client_authentication=bool(tls.client_ca_file))
 
 
-__all__ = ["CertificateFiles", "TlsFiles", "credentials_from", "server_credentials"]
+__all__ = ["CertificateFiles", "TlsFiles", "credentials_from", "server_credentials", "server_ssl_context"]

@@ -118,8 +118,7 @@ class JobRegistry:
         job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
                                 spec.seed, spec.drop_last, spec.shuffle_block,
-                                tuple(r for shard in index.shards for r in shard.row_group_rows)
-                                if spec.shuffle_block else ())
+                                index.row_group_rows if spec.shuffle_block else ())
         decode = DecodeJob(job_id=job_id, index=index, columns=spec.columns, transform=spec.transform,
                            transform_args=spec.transform_kwargs,
                            allowed_transform_modules=self.allowed_transform_modules,

@@ -120,17 +120,14 @@ class BatchServer:
                 self._bulk = BulkListener(host, [p for p in ports if p != self.port] or [0], self._tls)
                 self._bulk.start()
             except OSError as exc:  # ranks elsewhere then get their batches on the stream
-                log.warning("no bulk port for this decoder: %s", exc)
+                log.warning("no bulk port for this decoder: none of %s is free (%s): more decode actors on "
+                            "this node than data_ports allow (each takes two)", _describe_ports(host, ports), exc)
 
         try:
             self._loop.run_until_complete(start())
         finally:
             started.set()
         self._loop.run_forever()
-
-    @property
-    def bulk_port(self) -> int:
-        return self._bulk.port if self._bulk is not None else 0
 
     def stop(self, grace: float = 1.0) -> None:
         if self._bulk is not None:
@@ -172,6 +169,7 @@ class BatchServer:
         """The batches of one opened stream, one per want, in the order asked."""
         slots = StreamSlots()  # the rank's shared-memory slots, when it offers them (shared_slots.py)
         token = b""  # the stream's bulk socket, when the rank takes one (bulk_listener.py)
+        connection: BulkConnection | None = None
         sending: asyncio.Task[None] | None = None  # the last frame going out on it
         try:
             if opened.bulk:  # answered either way: the rank holds its wants until it knows
@@ -199,7 +197,7 @@ class BatchServer:
                     if not token or self._bulk is None:
                         raise InvalidJobSpec("a want asked for its batch on a bulk socket this stream did "
                                              "not offer (open the stream with bulk first)")
-                    connection = await self._bulk.attached(token)
+                    connection = connection or await self._bulk.attached(token)
                     await _sent(sending)  # frames go out whole, one after another, in the order wanted
                     sending = loop.create_task(_send(connection, message))
                     message = encode_bulk(opened.epoch, opened.rank, want.step, size)

@@ -32,7 +32,7 @@ from collections.abc import Sequence
 
 from shardstream.proto.errors import DeadlineExceeded
 from shardstream.proto.wire import BulkOffer
-from shardstream.service.tls import TlsFiles
+from shardstream.service.tls import TlsFiles, server_ssl_context
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class BulkListener:
 
     def __init__(self, host: str, ports: Sequence[int], tls: TlsFiles | None) -> None:
         self._tls = tls
-        self._context: ssl.SSLContext | None = _server_context(tls) if tls is not None else None
+        self._context: ssl.SSLContext | None = server_ssl_context(tls) if tls is not None else None
         self._pending: dict[bytes, asyncio.Future[BulkConnection]] = {}
         self._socket = _bind(host, ports)
         self.port = self._socket.getsockname()[1]
@@ -167,7 +167,7 @@ class BulkListener:
 
     async def _start_tls(self, conn: socket.socket) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         assert self._tls is not None
-        self._context = _server_context(self._tls, self._context)
+        self._context = server_ssl_context(self._tls, self._context)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
         protocol = asyncio.StreamReaderProtocol(reader)
@@ -187,9 +187,10 @@ async def _receive_exactly(conn: socket.socket, size: int) -> bytes:
 
 
 def _bind(host: str, ports: Sequence[int]) -> socket.socket:
+    """A listening socket on the first free port of `ports`; OSError (the last port's) when none is."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    last: OSError | None = None
-    for port in ports:  # the first free one
+    last = OSError("no port to bind")
+    for port in ports:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.bind((host, port))
@@ -200,26 +201,7 @@ def _bind(host: str, ports: Sequence[int]) -> socket.socket:
             continue
         sock.setblocking(False)
         return sock
-    raise OSError(f"the bulk port could not bind any of {list(ports)[:3]}... on {host} ({last}): more decode "
-                  "actors on this node than data_ports allow (each actor takes two)")
-
-
-def _server_context(tls: TlsFiles, previous: ssl.SSLContext | None = None) -> ssl.SSLContext:
-    """A context from the files as they are now; `previous` when they cannot be loaded (half-written
-    by a renewal), so the next connection finds them whole."""
-    try:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(tls.cert_file, tls.key_file)
-        if tls.client_ca_file:
-            context.verify_mode = ssl.CERT_REQUIRED
-            context.load_verify_locations(tls.client_ca_file)
-        return context
-    except (OSError, ssl.SSLError) as exc:
-        if previous is None:
-            raise ValueError(f"cannot load the TLS files for the bulk port: {exc}") from None
-        log.warning("TLS files could not be loaded for the bulk port (%s); keeping the previous ones", exc)
-        return previous
+    raise last
 
 
 __all__ = ["ATTACH_TIMEOUT_S", "TOKEN_BYTES", "BulkConnection", "BulkListener"]
