@@ -8,12 +8,14 @@ returns the metrics, or raises ``ConsumerFailed`` with the tail of its log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +77,33 @@ def run_consumer(spec: ConsumerSpec, timeout_s: float, log_path: Path) -> dict[s
                                  f"log {log_path}:\n{log_tail(log_path)}")
         result: dict[str, Any] = json.loads(out_path.read_text())
         return result
+
+
+@contextlib.contextmanager
+def background_consumer(spec: ConsumerSpec, log_path: Path, stop_grace_s: float = 10.0) -> Iterator[None]:
+    """A consumer process of `spec` running while the block runs (the load other measurements share
+    the service with), then stopped. It fails the block's measurement only by being gone early:
+    a consumer that exits before the block ends raises ConsumerFailed."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="bench-background-") as tmp:
+        spec_path = Path(tmp) / "spec.json"
+        spec.save(spec_path)
+        command = [sys.executable, "-m", "bench.consumer", str(spec_path), str(Path(tmp) / "out.json")]
+        with open(log_path, "wb") as log_file:
+            process = subprocess.Popen(command, stdout=log_file, stderr=subprocess.STDOUT,
+                                       env=child_env(), cwd=REPO_ROOT)
+            try:
+                yield
+                if process.poll() is not None:
+                    raise ConsumerFailed(f"the background {spec.system} consumer ended early (code "
+                                         f"{process.returncode}); log {log_path}:\n{log_tail(log_path)}")
+            finally:
+                process.terminate()
+                try:
+                    process.wait(timeout=stop_grace_s)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
 
 
 def main(argv: list[str]) -> int:

@@ -58,6 +58,8 @@ def systems_table(results: dict[str, Any]) -> str:
             continue
         rows.append(_system_row(label, entry))
         for variant, suffix in (("network_path", "network path"), ("prepared_cache", "prepared cache warm"),
+                                ("second_job_first", "new job's 1st epoch, another running"),
+                                ("second_job_warm", "new job's warm epoch, another running"),
                                 ("cache_decoded", ".cache() after decode, warm")):
             if entry.get(variant, {}).get("median"):
                 rows.append(_system_row(f"{label}, {suffix}", entry[variant]))

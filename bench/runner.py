@@ -27,7 +27,7 @@ import torch
 from tqdm import tqdm
 
 from bench.config import CACHE_DIR, BenchConfig
-from bench.consumer import ConsumerFailed, run_consumer
+from bench.consumer import ConsumerFailed, background_consumer, run_consumer
 from bench.machine import load_average, machine_info
 from bench.results import SCHEMA
 from bench.services import ServerFailed, raw_server, shardstream_service, tfdata_service
@@ -139,8 +139,9 @@ class Runner:
         if what == "transport":  # the job that fills the decode node's copy, then each batch size
             return 1 + len(self.config.transport.batch_rows) * (3 + len(RAW_KINDS))
         # shardstream: the warm-up job, the measured one, the same on the network path, then the
-        # job that fills the prepared-sample cache and the one measured with it warm
-        return {"shardstream": 5, "tfdata": 2}.get(what, 1)  # tf.data: plain, then .cache() after decode
+        # job that fills the prepared-sample cache, the one measured with it warm, and a new job's
+        # first and warm epochs while another job runs
+        return {"shardstream": 7, "tfdata": 2}.get(what, 1)  # tf.data: plain, then .cache() after decode
 
     def _planned_runs(self) -> int:
         cfg = self.config
@@ -222,6 +223,8 @@ class Runner:
             entry["service_rounds"] = []
             entry["network_path"] = {"runs": []}
             entry["prepared_cache"] = {"runs": []}
+            entry["second_job_first"] = {"runs": []}
+            entry["second_job_warm"] = {"runs": []}
         return entry
 
     @staticmethod
@@ -230,7 +233,8 @@ class Runner:
         if entry["status"] != "ok":
             return
         entry["median"] = summarize(entry["runs"])
-        for variant in ("network_path", "prepared_cache", "cache_decoded"):
+        for variant in ("network_path", "prepared_cache", "second_job_first", "second_job_warm",
+                        "cache_decoded"):
             if entry.get(variant, {}).get("runs"):
                 entry[variant]["median"] = summarize(entry[variant]["runs"])
         if "service_rounds" in entry:
@@ -298,8 +302,24 @@ class Runner:
                 entry["prepared_cache"]["runs"].append(self._measure(self._workload_spec(
                     "shardstream", workload_dir, address, f"bench-{self.run_id}-prepared{rep}"),
                     f"shardstream-prepared-rep{rep}", service.pid))
+                self._second_job(entry, workload_dir, address, rep)
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
+
+    def _second_job(self, entry: dict[str, Any], workload_dir: Path, address: str, rep: int) -> None:
+        """A sweep's next job: a new job with the same dataset and prepare spec starts while another
+        runs. Its first epoch, then (another new job) a warm epoch, both beside the running job, so
+        the two share the decoders alike and differ only in what the cache did for the first epoch.
+        Not repeated for other load on the machine: the running job is that load."""
+        running = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-running{rep}")
+        running.epochs, running.warmup_batches = 1000, 1  # stopped when the two are measured
+        with background_consumer(running, self.work_dir / f"shardstream-running-rep{rep}.log"):
+            first = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-first{rep}")
+            first.epochs, first.warmup_batches = 1, 1
+            entry["second_job_first"]["runs"].append(self._consume(first, f"shardstream-second-first-rep{rep}"))
+            entry["second_job_warm"]["runs"].append(self._consume(self._workload_spec(
+                "shardstream", workload_dir, address, f"bench-{self.run_id}-second-warm{rep}"),
+                f"shardstream-second-warm-rep{rep}"))
 
     # -- the transport microbenchmark ---------------------------------------------------------
 

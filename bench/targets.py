@@ -25,6 +25,7 @@ THROUGHPUT_VS = {"dataloader": ("torch DataLoader", 0.95), "raydata": ("Ray Data
 CPU_VS_DATALOADER = 0.13
 WARM_VS_DATALOADER = 1.5  # epochs after the first, prepared-sample cache warm (issue: the cache)
 WARM_VS_TFDATA_CACHED = 1.0  # ... against tf.data service with .cache() after its decode
+SECOND_JOB_VS_WARM = 0.9  # a new job's first epoch while another job runs, against a warm epoch beside it
 CONTROL_CPU_PER_GB = 0.02  # CPU-s the `serve` process itself spends per GB delivered: it carries no bytes
 TRANSPORT_VS_GRPC = 0.80
 TRANSPORT_MIN_GBPS = 1.0
@@ -104,6 +105,13 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     targets.append(_target(
         "warm epochs vs tf.data service with .cache() after decode", _ratio(warm, tf_cached), ">=",
         WARM_VS_TFDATA_CACHED, "x", f"shardstream {_fmt(warm)} / tf.data service {_fmt(tf_cached)} samples/s"))
+
+    second_first = _variant_median(results, "shardstream", "second_job_first", "samples_per_s")
+    second_warm = _variant_median(results, "shardstream", "second_job_warm", "samples_per_s")
+    targets.append(_target(
+        "a second job's first epoch vs a warm epoch (another job running)", _ratio(second_first, second_warm),
+        ">=", SECOND_JOB_VS_WARM, "x",
+        f"first epoch {_fmt(second_first)} / warm epoch {_fmt(second_warm)} samples/s, each beside a running job"))
 
     our_cpu = _median(results, "shardstream", "cpu_total_per_1k")
     dl_cpu = _median(results, "dataloader", "cpu_total_per_1k")

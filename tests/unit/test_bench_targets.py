@@ -29,7 +29,9 @@ def _results(**overrides: Any) -> dict[str, Any]:
         "systems": {
             "shardstream": {**_system(1000.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
                                       server_main_cpu_per_1k=0.001),
-                            "prepared_cache": {"runs": [], "median": {"samples_per_s": 1600.0}}},
+                            "prepared_cache": {"runs": [], "median": {"samples_per_s": 1600.0}},
+                            "second_job_first": {"runs": [], "median": {"samples_per_s": 760.0}},
+                            "second_job_warm": {"runs": [], "median": {"samples_per_s": 800.0}}},
             "dataloader": _system(1000.0, 1.0),
             "raydata": _system(400.0),
             "tfdata": {**_system(700.0), "cache_decoded": {"runs": [], "median": {"samples_per_s": 1500.0}}},
@@ -140,6 +142,17 @@ def test_warm_epochs_are_the_prepared_cache_variant_against_dataloader_and_skip_
     assert _by_name(evaluate(results))["warm epochs (prepared-sample cache) vs torch DataLoader"].status == FAIL
     del results["systems"]["shardstream"]["prepared_cache"]
     assert _by_name(evaluate(results))["warm epochs (prepared-sample cache) vs torch DataLoader"].status == SKIP
+
+
+def test_a_second_jobs_first_epoch_is_judged_against_a_warm_epoch_beside_the_same_running_job() -> None:
+    results = _results()
+    name = "a second job's first epoch vs a warm epoch (another job running)"
+    target = _by_name(evaluate(results))[name]
+    assert (target.status, target.value, target.threshold) == (PASS, pytest.approx(0.95), 0.9)
+    results["systems"]["shardstream"]["second_job_first"]["median"]["samples_per_s"] = 400.0  # decoding again
+    assert _by_name(evaluate(results))[name].status == FAIL
+    del results["systems"]["shardstream"]["second_job_warm"]
+    assert _by_name(evaluate(results))[name].status == SKIP
 
 
 def test_warm_epochs_are_judged_against_tf_data_with_its_cache_after_decode() -> None:

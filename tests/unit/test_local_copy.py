@@ -106,6 +106,8 @@ def test_the_copy_stays_within_its_bound_dropping_the_least_recently_used(index:
     bound = 4 * group_bytes
     counters = SharedReadCounters()
     reader = _local_reader(index, tmp_path / "copy", bound, counters)
+    assert reader.source.local is not None
+    reader.source.local.touch_every_s = 0.0  # every hit checks that its file is still there
     for start in range(0, N, ROW_GROUP):
         reader.read(np.array([start]))  # one row of each row group of the first shard, then on
         stored = sum(f.stat().st_size for f in (tmp_path / "copy").glob("*/*.arrow"))

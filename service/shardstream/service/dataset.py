@@ -89,9 +89,19 @@ def _filesystem(entry: str) -> tuple[fsspec.AbstractFileSystem, str]:
 
 
 def canonical_url(entry: str) -> str:
-    """`entry` as fsspec names it: protocol always spelled out, local paths absolute."""
-    fs, path = _filesystem(entry)
-    return str(fs.unstrip_protocol(path))
+    """`entry` as fsspec names it: protocol always spelled out, local paths absolute. Only the
+    filesystem's class is used: naming a URL needs no credentials (making a GCS filesystem
+    looks for them, which off a cloud VM waits out the metadata server)."""
+    protocol = fsspec.core.split_protocol(entry)[0] or "file"
+    try:
+        cls = fsspec.get_filesystem_class(protocol)
+    except ImportError as exc:  # e.g. s3:// without s3fs installed where the service runs
+        raise InvalidJobSpec(f"the service cannot read {entry!r}: {exc}") from None
+    except ValueError as exc:  # an unknown protocol
+        raise InvalidJobSpec(f"dataset URL {entry!r}: {exc}") from None
+    path = cls._strip_protocol(entry)
+    protocols = (cls.protocol,) if isinstance(cls.protocol, str) else cls.protocol
+    return f"{protocols[0]}://{path}"
 
 
 def _allow_any(url: str) -> None:

@@ -48,12 +48,15 @@ log = logging.getLogger(__name__)
 SUFFIX = ".arrow"
 LOCK_STRIPES_HEX = 3  # 16**3 = 4,096 lock files
 LOW_WATER = 0.9  # eviction frees down to this fraction of the bound
-STALE_TEMP_S = 600.0
+STALE_TEMP_S = 600.0  # half-written files older than this are from a writer that died
 # Each actor counts its own writes; every this much of the bound it writes, it counts the whole
 # directory again (what the node's other actors wrote too), so together they overshoot the bound
 # by at most (actors on the node) x this fraction (and one row group).
 RECOUNT_FRACTION = 0.01
-MAX_MAPPED = 2048  # row groups one process keeps mapped (opening one costs ~0.3 ms)  # half-written files older than this are from a writer that died
+# A mapped file's mtime (its recency for eviction) is renewed at most this often: a shuffled batch
+# touches dozens of row groups, and a utime each cost 10% of gathering it.
+TOUCH_EVERY_S = 1.0
+MAX_MAPPED = 2048  # row groups one process keeps mapped (opening one costs ~0.3 ms)
 
 
 def default_directory() -> str:
@@ -88,7 +91,8 @@ class LocalCopy:
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         # Opened by this process, LRU: ident -> (table, its file). A hit costs no hashing of paths.
-        self._mapped: OrderedDict[tuple[Any, ...], tuple[pa.Table, str]] = OrderedDict()
+        self._mapped: OrderedDict[tuple[Any, ...], tuple[pa.Table, str, float]] = OrderedDict()
+        self.touch_every_s = TOUCH_EVERY_S
         self._remove_stale_temp_files()
         self._estimate = self._scan()[1]
         self._written_since_scan = 0
@@ -96,11 +100,9 @@ class LocalCopy:
         self._warned_full = False
 
     def cached(self, key: RowGroupKey) -> pa.Table | None:
-        """The row group if this process has it mapped already (a memory hit), else None."""
-        table = self._still_mapped(key.ident)
-        if table is not None:
-            self.counters.count(memory_hits=1)
-        return table
+        """The row group if this process has it mapped already (a memory hit: the caller counts
+        it), else None."""
+        return self._still_mapped(key.ident)
 
     def get(self, key: RowGroupKey, fetch: Callable[[], pa.Table]) -> pa.Table:
         """The row group, memory-mapped from the local copy; fetched and stored first if missing.
@@ -127,14 +129,20 @@ class LocalCopy:
     def _still_mapped(self, ident: tuple[Any, ...]) -> pa.Table | None:
         """The table this process already mapped, while its file is still in the copy.
 
-        Touching the file both marks it recently used and checks that no actor has evicted
-        it: a mapping outlives its file, and evicted files must not go on holding disk."""
+        Touching the file (once per `touch_every_s`) both marks it recently used and checks that
+        no actor has evicted it: a mapping outlives its file, and evicted files must not go on
+        holding disk. Until the next touch an evicted row group is still served from its
+        mapping: the same bytes, since the key holds the shard's version."""
+        now = time.monotonic()
         with self._lock:
             entry = self._mapped.get(ident)
             if entry is None:
                 return None
             self._mapped.move_to_end(ident)
-        table, path = entry
+            table, path, touched = entry
+            if now - touched < self.touch_every_s:
+                return table
+            self._mapped[ident] = (table, path, now)
         try:
             os.utime(path)
         except FileNotFoundError:
@@ -145,7 +153,7 @@ class LocalCopy:
 
     def _remember(self, key: RowGroupKey, path: str, table: pa.Table) -> None:
         with self._lock:
-            self._mapped[key.ident] = (table, path)
+            self._mapped[key.ident] = (table, path, time.monotonic())
             while len(self._mapped) > MAX_MAPPED:
                 self._mapped.popitem(last=False)
 

@@ -63,14 +63,18 @@ class RowGroupSource:
         self.local = local
         self.counters = storage.counters
 
-    def cached(self, shard: Shard, row_group: int, columns: tuple[str, ...] | None) -> pa.Table | None:
-        """The row group if this process holds it already (no I/O), else None."""
+    def cached(self, wanted: list[tuple[Shard, int]], columns: tuple[str, ...] | None,
+               ) -> list[pa.Table | None]:
+        """Each (shard, row group) if this process holds it already (no I/O), else None."""
         if self.local is not None:
-            return self.local.cached(RowGroupKey(shard, row_group, columns))
-        table = self.memory.get((shard.url, shard.version, row_group, columns))
-        if table is not None:
-            self.counters.count(memory_hits=1)
-        return table
+            local = self.local
+            tables = [local.cached(RowGroupKey(shard, rg, columns)) for shard, rg in wanted]
+        else:
+            tables = [self.memory.get((shard.url, shard.version, rg, columns)) for shard, rg in wanted]
+        hits = sum(table is not None for table in tables)
+        if hits:
+            self.counters.count(memory_hits=hits)
+        return tables
 
     def get(self, shard: Shard, row_group: int, columns: tuple[str, ...] | None) -> pa.Table:
         """The row group, loaded if need be (after `cached` said None: counted as a memory miss)."""
@@ -102,26 +106,26 @@ class ShardReader:
         self.columns = tuple(columns) if columns is not None else None
         self.source = source
         self.loaders = loaders  # loads a batch's missing row groups in parallel; None: one by one
-        self._file_starts = index.file_starts
-        self._rg_starts = [
-            np.concatenate([[0], np.cumsum(s.row_group_rows)]).astype(np.int64) for s in index.shards
-        ]
+        # Every row group of the dataset, in global order: its first global index, its file and its
+        # place in that file. A batch's rows are grouped by one searchsorted and one sort.
+        counts = [(f, rg, rows) for f, s in enumerate(index.shards) for rg, rows in enumerate(s.row_group_rows)]
+        self._rg_starts = np.concatenate([[0], np.cumsum([c[2] for c in counts], dtype=np.int64)])[:-1]
+        self._rg_file = np.array([c[0] for c in counts], dtype=np.int64)
+        self._rg_in_file = np.array([c[1] for c in counts], dtype=np.int64)
 
     def pieces(self, indices: np.ndarray) -> list[Piece]:
-        """The batch `indices` as row-group pieces, without copying any row."""
+        """The batch `indices` as row-group pieces (in dataset order), without copying any row."""
         indices = np.asarray(indices, dtype=np.int64)
-        file_ids = np.searchsorted(self._file_starts, indices, side="right") - 1
-        local = indices - self._file_starts[file_ids]
-        wanted: list[tuple[int, int, np.ndarray, np.ndarray]] = []  # file, row group, rows, positions
-        for file_id in np.unique(file_ids):
-            in_file = np.nonzero(file_ids == file_id)[0]
-            starts = self._rg_starts[file_id]
-            rgs = np.searchsorted(starts, local[in_file], side="right") - 1
-            for rg in np.unique(rgs):
-                at = in_file[rgs == rg]
-                wanted.append((int(file_id), int(rg), local[at] - starts[rg], at))
-        tables = self._row_groups([(file_id, rg) for file_id, rg, _, _ in wanted])
-        return [Piece(table, rows, at) for table, (_, _, rows, at) in zip(tables, wanted, strict=True)]
+        if not len(indices):
+            return []
+        rgs = np.searchsorted(self._rg_starts, indices, side="right") - 1
+        order = np.argsort(rgs, kind="stable")  # positions grouped by row group, ascending within
+        bounds = np.flatnonzero(np.diff(rgs[order])) + 1
+        groups = np.split(order, bounds)
+        rows = indices - self._rg_starts[rgs]
+        wanted = [int(rgs[at[0]]) for at in groups]
+        tables = self._row_groups([(int(self._rg_file[g]), int(self._rg_in_file[g])) for g in wanted])
+        return [Piece(table, rows[at], at) for table, at in zip(tables, groups, strict=True)]
 
     def read(self, indices: np.ndarray) -> pa.Table:
         """The rows at `indices`, in that order, as one table."""
@@ -136,7 +140,7 @@ class ShardReader:
     def _row_groups(self, wanted: list[tuple[int, int]]) -> list[pa.Table]:
         """The row groups (file, row group): those held already, then the rest loaded in parallel."""
         shards = self.index.shards
-        tables = [self.source.cached(shards[f], rg, self.columns) for f, rg in wanted]
+        tables = self.source.cached([(shards[f], rg) for f, rg in wanted], self.columns)
         missing = [i for i, table in enumerate(tables) if table is None]
         load = lambda i: self.source.get(shards[wanted[i][0]], wanted[i][1], self.columns)  # noqa: E731
         if len(missing) > 1 and self.loaders is not None:

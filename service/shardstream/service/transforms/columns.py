@@ -118,6 +118,9 @@ ROW_BY_ROW_BYTES = 4096
 
 def _gather_into(batch: np.ndarray, source: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
     """batch[at] = source[rows], each byte copied once. `at` is ascending; `rows` are valid."""
+    if len(at) == 1:  # most pieces of a shuffled batch: one row
+        batch[at[0]] = source[rows[0]]
+        return
     if not len(at):
         return
     if at[-1] - at[0] + 1 == len(at):  # a contiguous run of the batch
