@@ -3,13 +3,16 @@ least-loaded, within the window."""
 
 from __future__ import annotations
 
+import collections
 import random
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardstream.client.scheduler import StepScheduler
+from shardstream.client.channels import host_of
+from shardstream.client.placement import StepPlacement
+from shardstream.client.scheduler import LOCALITY_SLACK, StepScheduler
 
 
 def test_steps_go_to_the_least_loaded_sender_within_its_cap() -> None:
@@ -86,14 +89,17 @@ def test_no_sender_no_requests() -> None:
 @settings(max_examples=300, deadline=None, database=None)
 @given(start=st.integers(0, 5), steps=st.integers(0, 40), window=st.integers(1, 8),
        senders=st.integers(1, 4), per_sender=st.integers(1, 4), seed=st.integers(0, 2**32 - 1),
-       sizes=st.lists(st.integers(1, 50), min_size=1, max_size=5), window_bytes=st.integers(40, 400))
+       sizes=st.lists(st.integers(1, 50), min_size=1, max_size=5), window_bytes=st.integers(40, 400),
+       hosts=st.integers(0, 3))
 def test_every_step_once_in_order_through_random_arrivals_and_failures(
         start: int, steps: int, window: int, senders: int, per_sender: int, seed: int,
-        sizes: list[int], window_bytes: int) -> None:
+        sizes: list[int], window_bytes: int, hosts: int) -> None:
+    """With `hosts` > 0, the senders are spread over that many hosts and steps placed by host."""
     rng = random.Random(seed)
     end = start + steps
-    s = StepScheduler(start, end, window, window_bytes, per_sender)
-    names = iter(range(10**6))
+    placement = StepPlacement(f"2/8/{seed}", host_of) if hosts else None
+    s = StepScheduler(start, end, window, window_bytes, per_sender, placement)
+    names = (f"10.0.0.{i % max(1, hosts)}:{i}" for i in range(10**6))
     for _ in range(senders):
         s.add_sender(next(names))
     in_flight: list[tuple[object, int]] = []  # (sender, step) answers still on their way
@@ -155,3 +161,74 @@ def test_a_step_sent_back_by_a_failure_gets_room_from_later_batches() -> None:
     assert again.step == 3  # requested again, once
     s.received(again.sender, 3, 21)
     assert s.pop_ready() == 3 and s.finished
+
+
+def _placed(senders: list[str], steps: int) -> StepScheduler:
+    """A scheduler over `senders` ("host:port"), its steps placed by host."""
+    scheduler = StepScheduler(0, steps, window_batches=steps, window_bytes=10**12, per_sender=steps,
+                              placement=StepPlacement("4/64/0", host_of))
+    for sender in senders:
+        scheduler.add_sender(sender)
+    return _one_batch_known(scheduler)
+
+
+def _one_batch_known(scheduler: StepScheduler) -> StepScheduler:
+    """Step 0 asked, received and consumed: the batch size is known, so the window opens."""
+    (first,) = scheduler.requests()
+    assert scheduler.received(first.sender, first.step, 1)
+    assert scheduler.pop_ready() == first.step
+    scheduler.consumed(first.step)
+    return scheduler
+
+
+def test_a_step_goes_to_its_home_host_every_epoch_whatever_the_order_decoders_were_listed_in() -> None:
+    hosts = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    first = _placed([f"{h}:{p}" for h in hosts for p in (52000, 52002)], 13)
+    first_requests = first.requests()
+    again = _placed([f"{h}:{p}" for h in reversed(hosts) for p in (52002, 52000)], 13)
+    second_requests = again.requests()
+    homes = {r.step: host_of(str(r.sender)) for r in first_requests}
+    assert homes == {r.step: host_of(str(r.sender)) for r in second_requests}
+    assert len(set(homes.values())) == 3  # rendezvous hashing spreads the steps over every host
+    # Nothing else in flight: every step went to its home, and the two decoders of a host shared it.
+    assert all(r.home for r in first_requests)
+    per_sender = collections.Counter(str(r.sender) for r in first_requests)
+    assert max(per_sender.values()) - min(c for s, c in per_sender.items() if host_of(s) in homes.values()) <= 2
+
+
+def test_a_host_leaving_moves_only_its_steps() -> None:
+    placement = StepPlacement("4/64/0", host_of)
+    three = {step: placement.home(step, ["10.0.0.1", "10.0.0.2", "10.0.0.3"]) for step in range(300)}
+    two = {step: placement.home(step, ["10.0.0.1", "10.0.0.2"]) for step in range(300)}
+    assert all(two[step] == home for step, home in three.items() if home != "10.0.0.3")
+    assert 70 < sum(home == "10.0.0.3" for home in three.values()) < 130  # about a third moved
+
+
+def test_a_busy_home_host_gives_the_step_to_the_least_loaded_sender() -> None:
+    scheduler = StepScheduler(0, 40, window_batches=40, window_bytes=10**12, per_sender=40,
+                              placement=StepPlacement("4/64/0", host_of))
+    busy, idle = "10.0.0.1:1", "10.0.0.2:1"
+    scheduler.add_sender(busy)
+    _one_batch_known(scheduler)
+    scheduler.end_step = 6  # five steps go to the only sender there is, and stay unanswered
+    assert [str(r.sender) for r in scheduler.requests()] == [busy] * 5
+    scheduler.end_step = 40
+    scheduler.add_sender(idle)
+    requests = scheduler.requests()
+    # The busy host is LOCALITY_SLACK + 3 ahead: whatever their homes, the next steps go to the idle one.
+    assert [str(r.sender) for r in requests[:5 - LOCALITY_SLACK]] == [idle] * (5 - LOCALITY_SLACK)
+    hosts = {"10.0.0.1", "10.0.0.2"}
+    placement = scheduler.placement
+    assert placement is not None
+    for r in requests:  # a step leaves its home only for a busier home
+        assert r.home == (host_of(str(r.sender)) == placement.home(r.step, hosts))
+    assert any(not r.home and placement.home(r.step, hosts) == "10.0.0.1" for r in requests)
+    counts = collections.Counter(str(r.sender) for r in requests)
+    assert abs(counts[busy] + 5 - counts[idle]) <= LOCALITY_SLACK + 1
+
+
+def test_without_a_placement_no_step_counts_as_at_home() -> None:
+    scheduler = StepScheduler(0, 5, window_batches=4, window_bytes=10**9, per_sender=4)
+    scheduler.add_sender("10.0.0.1:1")
+    _one_batch_known(scheduler)
+    assert [r.home for r in scheduler.requests()] == [False] * 4

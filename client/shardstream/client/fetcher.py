@@ -44,7 +44,8 @@ import torch
 
 from shardstream.client import bulk_socket
 from shardstream.client.bulk_socket import BulkSocket
-from shardstream.client.channels import DecoderChannels
+from shardstream.client.channels import DecoderChannels, host_of
+from shardstream.client.placement import StepPlacement
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shared_slots import SlotPool, is_local_address, shared_memory_available
 from shardstream.client.shutdown import track_stream, untrack_stream
@@ -103,6 +104,7 @@ class FetchTarget:
     rank: int
     start_step: int
     end_step: int
+    placement: str = ""  # what the step numbers stand for (placement.py): world size, batch size, rank
 
 
 class _Sender:
@@ -218,7 +220,8 @@ class DirectPrefetcher:
         self._describe = describe
         self._cond = threading.Condition()
         self._scheduler = StepScheduler(target.start_step, target.end_step, window_batches, window_bytes,
-                                        per_sender=window_batches)
+                                        per_sender=window_batches,
+                                        placement=StepPlacement(target.placement, host_of))
         self._ready: dict[int, Converted] = {}
         self._error: BaseException | None = None
         self._closed = False
@@ -318,6 +321,7 @@ class DirectPrefetcher:
     def _dispatch(self) -> None:
         """Ask decoders for what the window allows (holding the lock)."""
         for request in self._scheduler.requests():
+            self._stats.steps_at_home += request.home
             self._senders[str(request.sender)].want(request.step, request.max_bytes)
 
     def __iter__(self) -> Iterator[Converted]:

@@ -264,7 +264,8 @@ class RemoteLoader:
         """Fetch this epoch's batches from the decoders themselves (docs/data-plane.md)."""
         describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
         convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
-        target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self))
+        target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self),
+                             placement=f"{self.world_size}/{self.spec.batch_size}/{self.rank}")
         self._decoder_channels.keep_only(self.job.batch_servers)
         return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
                                 self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,

@@ -9,7 +9,9 @@ The scheduler keeps these invariants:
   order (`pop_ready`), whichever sender answered and in whatever order;
 - a step is outstanding at one sender at a time; a failed sender's steps go
   back to the queue, the lowest first, for the senders still alive;
-- steps go to the live sender with the fewest outstanding, below `per_sender`;
+- steps go to the live sender with the fewest outstanding, below `per_sender`; with a
+  `placement`, to the least loaded sender on the step's home host instead while it has at
+  most `LOCALITY_SLACK` more outstanding than the least loaded (placement.py);
 - requested, received and handed-out batches together stay within
   `window_batches` and `window_bytes`. A step not yet received counts as the
   largest batch seen so far; until one has arrived, one step is requested at a
@@ -24,12 +26,19 @@ import heapq
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 
+from shardstream.client.placement import StepPlacement
+
+# Steps a sender on a step's home host may have outstanding beyond the least loaded sender and
+# still get the step: enough to keep most steps at home, too few for a slow host to stall a rank.
+LOCALITY_SLACK = 2
+
 
 @dataclass(frozen=True)
 class Request:
     sender: Hashable
     step: int
     max_bytes: int  # what the window still allows this batch
+    home: bool = False  # the sender is on the step's home host (with a placement)
 
 
 @dataclass
@@ -39,7 +48,7 @@ class _Sender:
 
 class StepScheduler:
     def __init__(self, start_step: int, end_step: int, window_batches: int, window_bytes: int,
-                 per_sender: int) -> None:
+                 per_sender: int, placement: StepPlacement | None = None) -> None:
         if not 0 <= start_step <= end_step:
             raise ValueError(f"steps {start_step}..{end_step} are not a range")
         if window_batches < 1 or window_bytes < 1 or per_sender < 1:
@@ -48,6 +57,7 @@ class StepScheduler:
         self.window_batches = window_batches
         self.window_bytes = window_bytes
         self.per_sender = per_sender
+        self.placement = placement
         self._next_new = start_step  # the lowest step never requested
         self._retry: list[int] = []  # heap: steps whose sender failed, to request again
         self._senders: dict[Hashable, _Sender] = {}
@@ -88,13 +98,14 @@ class StepScheduler:
                 return out
             if not self._window_allows() and not self._make_room_for(step):
                 return out
-            sender = self._least_loaded()
-            if sender is None:
+            chosen = self._sender_for(step)
+            if chosen is None:
                 return out
+            sender, home = chosen
             self._take_step()
             self._senders[sender].outstanding.add(step)
             self._where[step] = sender
-            out.append(Request(sender, step, self.window_bytes - self._bytes_in_use(excluding=step)))
+            out.append(Request(sender, step, self.window_bytes - self._bytes_in_use(excluding=step), home))
 
     def received(self, sender: Hashable, step: int, nbytes: int) -> bool:
         """A batch arrived. False when it is not wanted (a duplicate, or from a sender whose steps
@@ -158,10 +169,20 @@ class StepScheduler:
         else:
             self._next_new += 1
 
-    def _least_loaded(self) -> Hashable | None:
+    def _sender_for(self, step: int) -> tuple[Hashable, bool] | None:
+        """The sender for `step` (and whether it is on the step's home host): the least loaded one
+        below its cap, or one on the home host not much busier."""
         open_ = [(len(s.outstanding), i, name) for i, (name, s) in enumerate(self._senders.items())
                  if len(s.outstanding) < self.per_sender]
-        return min(open_)[2] if open_ else None
+        if not open_:
+            return None
+        least = min(open_)
+        if self.placement is None:
+            return least[2], False
+        host_of = self.placement.host_of
+        home = self.placement.home(step, {host_of(str(name)) for name in self._senders})
+        near = [o for o in open_ if host_of(str(o[2])) == home and o[0] <= least[0] + LOCALITY_SLACK]
+        return (min(near)[2], True) if near else (least[2], False)
 
     def _in_flight(self) -> int:
         return len(self._where) + len(self._arrived) + len(self._handed)

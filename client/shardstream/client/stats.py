@@ -26,6 +26,7 @@ class LoaderStats:
     steps_refetched: int = 0  # ... and the steps then asked of other decoders
     shared_batches: int = 0  # batches a decoder on this host wrote into shared memory (not sent)
     bulk_batches: int = 0  # batches a decoder on another host sent on a bulk socket (not on gRPC)
+    steps_at_home: int = 0  # steps asked of a decoder on their home host (placement.py), of `batches`
 
     def add_batch(self, tensors: dict[str, torch.Tensor]) -> None:
         self.batches += 1
