@@ -20,6 +20,7 @@ from shardstream.service.node.prepared_cache import (
     encode_sample,
     prepare_identity,
 )
+from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.transforms import build_transform
@@ -87,8 +88,8 @@ def test_a_full_tier_makes_room_by_removing_datasets_unused_for_long(tmp_path: P
     assert not (tmp_path / "old").exists() and tier.load("new", 0) is not None
 
 
-def _index(directory: Path) -> DatasetIndex:
-    write_images(str(directory), [5, 4])
+def _index(directory: Path, shard_rows: tuple[int, ...] = (5, 4)) -> DatasetIndex:
+    write_images(str(directory), list(shard_rows))
     return index_dataset((str(directory),))
 
 
@@ -152,3 +153,73 @@ def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Pa
     again = decode_batch(job, memory_reader(index), transform, 1, indices, prepared_samples=disk_only)
     np.testing.assert_array_equal(again.arrays["image"], plain.arrays["image"])
     assert counters.take_delta().prepared_disk_hits == 5
+
+
+class _DirectPeers(PreparedPeers):
+    """Peers whose calls go straight to the other node's cache in this process (the Ray calls
+    are tested end to end in tests/integration/test_prepared_peers.py)."""
+
+    def __init__(self, node_id: str, caches: dict[str, PreparedCache], reachable: bool = True) -> None:
+        super().__init__(node_id)
+        self.caches, self.reachable = caches, reachable
+        self.set_nodes({"a": [], "b": []})  # the two nodes of these tests
+
+    def fetch(self, wanted: dict[str, list[tuple[str, int]]]) -> dict[tuple[str, int], bytes]:
+        if not self.reachable:
+            return {}
+        return {key: data for node, keys in wanted.items()
+                for key, data in zip(keys, self.caches[node].read_files(keys), strict=True) if data is not None}
+
+    def give(self, node: str, files: list[tuple[str, int, bytes]]) -> None:
+        if self.reachable:
+            self.caches[node].keep_files(files)
+
+
+def test_a_node_finds_the_samples_it_lacks_at_their_home_and_keeps_only_its_own(tmp_path: Path) -> None:
+    index = _index(tmp_path / "data", (20, 20))  # both nodes home to some: all but 2 in 2**40 layouts
+    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
+                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    transform = build_transform("image", IMAGE_ARGS, ())
+    identity = prepare_identity("image", IMAGE_ARGS, [], transform)
+    counters = {node: SharedReadCounters() for node in "ab"}
+    caches: dict[str, PreparedCache] = {}
+    for node in "ab":
+        caches[node] = PreparedCache([SampleTier("disk", str(tmp_path / node), 1 << 24)], counters[node],
+                                     _DirectPeers(node, caches))
+    indices = np.arange(index.num_rows, dtype=np.int64)
+    plain = decode_batch(job, memory_reader(index), transform, 0, indices)
+    made = decode_batch(job, memory_reader(index), transform, 0, indices,
+                        prepared_samples=caches["a"].for_job(index, identity))
+    np.testing.assert_array_equal(made.arrays["image"], plain.arrays["image"])
+    held = {node: {(p.parent.name, p.name) for p in (tmp_path / node).glob("*/*")} for node in "ab"}
+    assert held["a"] and held["b"] and not held["a"] & held["b"]  # each keeps its own, given by a
+    assert len(held["a"] | held["b"]) == index.num_rows
+    reader = _CountingReader(memory_reader(index))
+    again = decode_batch(job, reader, transform, 1, indices,  # type: ignore[arg-type]
+                         prepared_samples=caches["b"].for_job(index, identity))
+    assert reader.asked == []  # every sample found: in b's tier, or at a
+    np.testing.assert_array_equal(again.arrays["image"],
+                                  decode_batch(job, memory_reader(index), transform, 1, indices).arrays["image"])
+    delta = counters["b"].take_delta()
+    assert (delta.prepared_disk_hits, delta.prepared_peer_hits, delta.prepared_misses) == (
+        len(held["b"]), len(held["a"]), 0)
+
+
+def test_a_home_that_does_not_answer_costs_a_prepare_here_not_the_batch(tmp_path: Path) -> None:
+    index = _index(tmp_path / "data", (20, 20))
+    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
+                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    transform = build_transform("image", IMAGE_ARGS, ())
+    caches: dict[str, PreparedCache] = {}
+    counters = SharedReadCounters()
+    caches["a"] = PreparedCache([SampleTier("disk", str(tmp_path / "a"), 1 << 24)], counters,
+                                _DirectPeers("a", caches, reachable=False))
+    caches["b"] = PreparedCache([SampleTier("disk", str(tmp_path / "b"), 1 << 24)], SharedReadCounters())
+    indices = np.arange(index.num_rows, dtype=np.int64)
+    samples = caches["a"].for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    for epoch in (0, 1):
+        made = decode_batch(job, memory_reader(index), transform, epoch, indices, prepared_samples=samples)
+        np.testing.assert_array_equal(made.arrays["image"],
+                                      decode_batch(job, memory_reader(index), transform, epoch, indices).arrays["image"])
+    delta = counters.take_delta()
+    assert delta.prepared_peer_hits == 0 and delta.prepared_misses > index.num_rows  # b's samples, twice

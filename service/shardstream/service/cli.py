@@ -192,12 +192,14 @@ def _reads_line(r: Any) -> str:
 
 def _prepared_text(r: Any) -> str:
     """The node's prepared-sample cache, when it was asked for samples."""
-    looked = r.prepared_memory_hits + r.prepared_disk_hits + r.prepared_misses
+    found = r.prepared_memory_hits + r.prepared_disk_hits + r.prepared_peer_hits
+    looked = found + r.prepared_misses
     if not looked and not (r.prepared_memory_bytes or r.prepared_disk_bytes):
         return ""
-    hit = (r.prepared_memory_hits + r.prepared_disk_hits) / looked if looked else 0.0
+    hit = found / looked if looked else 0.0
     return (f"; prepared samples: {hit:.1%} of {looked} found (memory {r.prepared_memory_hits}, disk "
-            f"{r.prepared_disk_hits}), {r.prepared_memory_bytes / 1e6:,.1f} MB in memory, "
+            f"{r.prepared_disk_hits}, other nodes {r.prepared_peer_hits}), "
+            f"{r.prepared_memory_bytes / 1e6:,.1f} MB in memory, "
             f"{r.prepared_disk_bytes / 1e6:,.1f} MB on disk")
 
 

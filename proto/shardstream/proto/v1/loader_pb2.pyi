@@ -203,7 +203,7 @@ class DecoderStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., in_flight: _Optional[int] = ..., decoded: _Optional[int] = ...) -> None: ...
 
 class NodeReads(_message.Message):
-    __slots__ = ("node_id", "storage_bytes_read", "storage_row_groups_read", "memory_hits", "memory_misses", "disk_hits", "disk_misses", "disk_bytes", "prepared_memory_hits", "prepared_disk_hits", "prepared_misses", "prepared_memory_bytes", "prepared_disk_bytes")
+    __slots__ = ("node_id", "storage_bytes_read", "storage_row_groups_read", "memory_hits", "memory_misses", "disk_hits", "disk_misses", "disk_bytes", "prepared_memory_hits", "prepared_disk_hits", "prepared_misses", "prepared_memory_bytes", "prepared_disk_bytes", "prepared_peer_hits")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STORAGE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     STORAGE_ROW_GROUPS_READ_FIELD_NUMBER: _ClassVar[int]
@@ -217,6 +217,7 @@ class NodeReads(_message.Message):
     PREPARED_MISSES_FIELD_NUMBER: _ClassVar[int]
     PREPARED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     PREPARED_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_PEER_HITS_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     storage_bytes_read: int
     storage_row_groups_read: int
@@ -230,7 +231,8 @@ class NodeReads(_message.Message):
     prepared_misses: int
     prepared_memory_bytes: int
     prepared_disk_bytes: int
-    def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., prepared_memory_hits: _Optional[int] = ..., prepared_disk_hits: _Optional[int] = ..., prepared_misses: _Optional[int] = ..., prepared_memory_bytes: _Optional[int] = ..., prepared_disk_bytes: _Optional[int] = ...) -> None: ...
+    prepared_peer_hits: int
+    def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., prepared_memory_hits: _Optional[int] = ..., prepared_disk_hits: _Optional[int] = ..., prepared_misses: _Optional[int] = ..., prepared_memory_bytes: _Optional[int] = ..., prepared_disk_bytes: _Optional[int] = ..., prepared_peer_hits: _Optional[int] = ...) -> None: ...
 
 class ServiceStatus(_message.Message):
     __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status", "node_reads")

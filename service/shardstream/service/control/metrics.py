@@ -137,6 +137,7 @@ class _StateCollector(Collector):
             for tier in TIERS:
                 prepared_hits.add_metric([tier, node], getattr(reads, f"prepared_{tier}_hits"))
                 prepared_bytes.add_metric([tier, node], getattr(reads, f"prepared_{tier}_bytes"))
+            prepared_hits.add_metric(["peer", node], reads.prepared_peer_hits)
             prepared_misses.add_metric([node], reads.prepared_misses)
         yield from (storage, groups, hits, misses, cached, prepared_hits, prepared_misses, prepared_bytes)
 

@@ -83,6 +83,10 @@ class DecodePool:
             scheduling_strategy="SPREAD",
         )
         self._read_settings = read_settings
+        # With the prepared-sample cache on, every actor learns which actors run on which node
+        # (the homes of prepared samples, prepared_peers.py) whenever that changes.
+        self._shares_prepared = read_settings.prepared_memory_bytes > 0 or read_settings.prepared_disk_bytes > 0
+        self._peers_shared: frozenset[tuple[str, str]] = frozenset()
         self._serving = serving or ServeSettings()  # each actor's batch server: ports, deadline, size
         self._tls = tls  # ... speaking TLS with these files, which must be on every decode node
         self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
@@ -137,7 +141,23 @@ class DecodePool:
                 ray.kill(slot.actor, no_restart=True)  # cannot be placed: its capacity is gone
                 slot.state = SlotState.DEAD
             self._slots = [s for s in self._slots if s.state is not SlotState.DEAD]
+            self._share_peers()
             self._cond.notify_all()
+
+    def _share_peers(self) -> None:
+        """Tell every ready actor the ready actors of each node, when they changed (holding the lock)."""
+        if not self._shares_prepared:
+            return
+        ready = [s for s in self._slots if s.state is SlotState.READY]
+        members = frozenset((s.node_id, s.batch_address) for s in ready)
+        if members == self._peers_shared:
+            return
+        nodes: dict[str, list[Any]] = {}
+        for slot in ready:
+            nodes.setdefault(slot.node_id, []).append(slot.actor)
+        for slot in ready:
+            slot.actor.set_peers.remote(nodes)
+        self._peers_shared = members
 
     def _spawn(self) -> _Slot:
         actor = self._actor_cls.remote(self._read_settings, self._serving, self._tls)

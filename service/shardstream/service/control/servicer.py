@@ -145,7 +145,7 @@ def _node_reads(node: str, r: ReadCounters) -> pb.NodeReads:
                         disk_misses=r.disk_misses, disk_bytes=r.disk_bytes,
                         prepared_memory_hits=r.prepared_memory_hits, prepared_disk_hits=r.prepared_disk_hits,
                         prepared_misses=r.prepared_misses, prepared_memory_bytes=r.prepared_memory_bytes,
-                        prepared_disk_bytes=r.prepared_disk_bytes)
+                        prepared_disk_bytes=r.prepared_disk_bytes, prepared_peer_hits=r.prepared_peer_hits)
 
 
 def _job_status(job: Job, streaming: int) -> pb.JobStatus:

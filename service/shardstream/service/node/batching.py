@@ -90,25 +90,29 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     rows = dict(zip(missing, reader.read(used[missing]).to_pylist(), strict=True)) if missing else {}
     samples: list[dict[str, Any]] = []
     replaced = 0
-    for position in range(len(used)):
-        index = int(used[position])
-        try:
-            sample = prepared.get(position)
-            if sample is None:
-                sample = _prepare(transform, rows.pop(position))
-                _keep(prepared_samples, index, sample)
-            samples.append(_augment(transform, sample, job.seed, epoch, index))
-        except Exception as exc:
-            if job.on_corrupt != "skip":
-                url, row_in_shard = job.index.locate(index)
-                raise CorruptSample(
-                    f"sample {index} (row {row_in_shard} of {url}) failed in transform "
-                    f"{job.transform!r}: {type(exc).__name__}: {exc}"
-                ) from None
-            index, sample = _replacement(job, reader, transform, epoch, index)
-            used[position] = index
-            samples.append(sample)
-            replaced += 1
+    try:
+        for position in range(len(used)):
+            index = int(used[position])
+            try:
+                sample = prepared.get(position)
+                if sample is None:
+                    sample = _prepare(transform, rows.pop(position))
+                    _keep(prepared_samples, index, sample)
+                samples.append(_augment(transform, sample, job.seed, epoch, index))
+            except Exception as exc:
+                if job.on_corrupt != "skip":
+                    url, row_in_shard = job.index.locate(index)
+                    raise CorruptSample(
+                        f"sample {index} (row {row_in_shard} of {url}) failed in transform "
+                        f"{job.transform!r}: {type(exc).__name__}: {exc}"
+                    ) from None
+                index, sample = _replacement(job, reader, transform, epoch, index)
+                used[position] = index
+                samples.append(sample)
+                replaced += 1
+    finally:
+        if prepared_samples is not None:
+            prepared_samples.send_to_homes()
     own_collate = getattr(transform, "collate", None)
     if own_collate is not None:
         return DecodedBatch(arrays=own_collate(samples), indices=used, replaced=replaced)
@@ -135,12 +139,7 @@ def _cached(prepared_samples: JobSamples | None, indices: np.ndarray) -> dict[in
     """position in the batch -> the sample as prepared earlier, for those the node's cache holds."""
     if prepared_samples is None:
         return {}
-    found = {}
-    for position, index in enumerate(indices):
-        sample = prepared_samples.get(int(index))
-        if sample is not None:
-            found[position] = sample
-    return found
+    return prepared_samples.get_many([int(index) for index in indices])
 
 
 def _keep(prepared_samples: JobSamples | None, index: int, sample: dict[str, Any]) -> None:

@@ -4,7 +4,8 @@ A rank asks the actor's batch server (batch_server.py, docs/data-plane.md)
 for (epoch, rank, step); the actor plans the step itself, reads and decodes
 its samples, and the batch goes out over that port: no batch byte passes
 through Ray or the `serve` process. Ray carries only the control calls
-(open_job, forget, report). Decoding is a pure function of its inputs, so a
+(open_job, forget, report) and, with the prepared-sample cache on several
+nodes, prepared samples between nodes (prepared_peers.py). Decoding is a pure function of its inputs, so a
 batch decoded again elsewhere is the same bytes.
 """
 
@@ -31,6 +32,7 @@ from shardstream.service.node.batch_server import BatchServer
 from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.node.local_copy import LocalCopy, default_directory
 from shardstream.service.node.prepared_cache import JobSamples, open_prepared_cache
+from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
 from shardstream.service.node.read_counters import ReadCounters, SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
@@ -80,9 +82,10 @@ class DecodeWorker:
         self._source = RowGroupSource(StorageReader(self._counters), RowGroupCache(settings.memory_bytes),
                                       local)
         self._loaders = ThreadPoolExecutor(ROW_GROUP_LOADERS, thread_name_prefix="shardstream-load")
+        self._peers = PreparedPeers(ray.get_runtime_context().get_node_id())
         self._prepared = open_prepared_cache(settings.prepared_memory_dir, settings.prepared_memory_bytes,
                                              settings.prepared_disk_dir, settings.prepared_disk_bytes,
-                                             self._counters)
+                                             self._counters, self._peers)
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None]] = {}
         self._prepared_samples: dict[str, JobSamples] = {}  # job id -> its view of the cache
         self._plans = PlanCache(PLANS_KEPT)
@@ -163,6 +166,20 @@ class DecodeWorker:
             self._jobs.pop(job_id, None)
             self._prepared_samples.pop(job_id, None)
         self._plans.forget(job_id)
+
+    def set_peers(self, nodes: dict[str, list[Any]]) -> None:
+        """The decode actors of every node (the pool's, when they change): the homes of prepared
+        samples (prepared_peers.py)."""
+        self._peers.set_nodes(nodes)
+
+    def prepared_files(self, keys: list[FileKey]) -> list[bytes | None]:
+        """A peer's ask: the stored files of these prepared samples, None for those not here."""
+        return self._prepared.read_files(keys) if self._prepared is not None else [None] * len(keys)
+
+    def keep_prepared_files(self, files: list[tuple[str, int, bytes]]) -> None:
+        """A peer's gift: samples whose home is this node, prepared there."""
+        if self._prepared is not None:
+            self._prepared.keep_files(files)
 
     def hello(self) -> tuple[str, str]:
         """(the node this actor runs on, its batch server's host:port): the pool's readiness probe."""

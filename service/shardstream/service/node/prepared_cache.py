@@ -20,6 +20,10 @@ read, and the code: shardstream's version for a built-in transform, a digest
 of the module's source for a user one). A rewritten shard has a new version,
 so it is read and prepared again, never served stale.
 
+With decode actors on several nodes, each sample has a home node, and the
+others ask it before preparing the sample themselves (prepared_peers.py); a
+node keeps only its own samples.
+
 A full tier admits nothing more rather than evicting the least recently used
 sample: each epoch asks for every sample in a new order, so evicting by
 recency throws out entries just before they are asked for, while keeping a
@@ -30,6 +34,7 @@ actor used for ``STALE_DIRECTORY_S``.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import importlib
@@ -51,6 +56,7 @@ import numpy as np
 
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
 from shardstream.service.node.read_counters import SharedReadCounters
 
 log = logging.getLogger(__name__)
@@ -160,22 +166,28 @@ class SampleTier:
         self._touched: dict[str, float] = {}
 
     def load(self, folder: str, row: int) -> dict[str, Any] | None:
-        path = os.path.join(self.root, folder, str(row))
-        try:
-            with open(path, "rb") as f:
-                data = bytearray(os.fstat(f.fileno()).st_size)
-                f.readinto(data)
-        except FileNotFoundError:
+        data = self.load_file(folder, row)
+        if data is None:
             return None
         try:
-            sample = decode_sample(data)
+            return decode_sample(data)
         except (ValueError, KeyError, TypeError) as exc:  # damaged: prepare it again
+            path = os.path.join(self.root, folder, str(row))
             log.warning("dropping unreadable prepared sample %s: %s", path, exc)
             with contextlib.suppress(OSError):
                 os.unlink(path)
             return None
+
+    def load_file(self, folder: str, row: int) -> bytearray | None:
+        """The sample's file as it is stored (what a peer is sent), or None."""
+        try:
+            with open(os.path.join(self.root, folder, str(row)), "rb") as f:
+                data = bytearray(os.fstat(f.fileno()).st_size)
+                f.readinto(data)
+        except FileNotFoundError:
+            return None
         self._touch(folder)
-        return sample
+        return data
 
     def store(self, folder: str, row: int, parts: list[bytes | memoryview], size: int) -> bool:
         """Write the file atomically; False when the tier is full or refuses it."""
@@ -266,9 +278,26 @@ class SampleTier:
 class PreparedCache:
     """The node's tiers (memory first); either may be absent (bound 0)."""
 
-    def __init__(self, tiers: Sequence[SampleTier], counters: SharedReadCounters) -> None:
+    def __init__(self, tiers: Sequence[SampleTier], counters: SharedReadCounters,
+                 peers: PreparedPeers | None = None) -> None:
         self.tiers = list(tiers)
         self.counters = counters
+        self.peers = peers  # the other nodes' caches (prepared_peers.py); None: this node's only
+        self.publish()
+
+    def read_files(self, keys: Sequence[FileKey]) -> list[bytes | None]:
+        """The stored files of these samples (for a peer), None for those no tier holds."""
+        found: list[bytes | None] = []
+        for folder, row in keys:
+            data = next((d for d in (tier.load_file(folder, row) for tier in self.tiers) if d is not None), None)
+            found.append(None if data is None else bytes(data))
+        return found
+
+    def keep_files(self, files: Sequence[tuple[str, int, bytes]]) -> None:
+        """Store samples a peer prepared (this node is their home)."""
+        for folder, row, data in files:
+            for tier in self.tiers:
+                tier.store(folder, row, [data], len(data))
         self.publish()
 
     def for_job(self, index: DatasetIndex, identity: str) -> JobSamples:
@@ -302,34 +331,86 @@ class JobSamples:
         self._starts = self.index.file_starts
         self._folders = [hashlib.sha256(f"{self.identity}\0{s.url}\0{s.size}\0{s.version}".encode()).hexdigest()[:32]
                          for s in self.index.shards]
+        self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
+        self._lock = threading.Lock()
 
     def _where(self, index: int) -> tuple[str, int]:
         shard = int(np.searchsorted(self._starts, index, side="right")) - 1
         return self._folders[shard], int(index - self._starts[shard])
 
+    def _peers(self) -> PreparedPeers | None:
+        peers = self.cache.peers
+        return peers if peers is not None and peers.active else None
+
     def get(self, index: int) -> dict[str, Any] | None:
-        folder, row = self._where(index)
-        for tier in self.cache.tiers:
-            sample = tier.load(folder, row)
-            if sample is not None:
-                self.cache.counters.count(**{f"prepared_{tier.name}_hits": 1})
-                return sample
-        self.cache.counters.count(prepared_misses=1)
-        return None
+        return self.get_many([index]).get(0)
+
+    def get_many(self, indices: Sequence[int]) -> dict[int, dict[str, Any]]:
+        """position -> sample, for the samples found: in this node's tiers, else at their home node
+        (all homes asked at once)."""
+        found: dict[int, dict[str, Any]] = {}
+        counts: collections.Counter[str] = collections.Counter()
+        peers = self._peers()
+        lacking: dict[str, list[tuple[int, FileKey]]] = {}  # home node -> (position, key)
+        for position, index in enumerate(indices):
+            folder, row = self._where(int(index))
+            for tier in self.cache.tiers:
+                sample = tier.load(folder, row)
+                if sample is not None:
+                    found[position] = sample
+                    counts[f"prepared_{tier.name}_hits"] += 1
+                    break
+            else:
+                home = peers.home(folder, row) if peers is not None else None
+                if peers is not None and home is not None and home != peers.node_id:
+                    lacking.setdefault(home, []).append((position, (folder, row)))
+        if peers is not None and lacking:
+            files = peers.fetch({home: [key for _, key in wanted] for home, wanted in lacking.items()})
+            for wanted in lacking.values():
+                for position, key in wanted:
+                    data = files.get(key)
+                    if data is None:
+                        continue
+                    try:
+                        found[position] = decode_sample(bytearray(data))
+                    except (ValueError, KeyError, TypeError) as exc:
+                        log.warning("a home node sent an unreadable prepared sample %s: %s", key, exc)
+                        continue
+                    counts["prepared_peer_hits"] += 1
+        counts["prepared_misses"] += len(indices) - len(found)
+        self.cache.counters.count(**counts)
+        return found
 
     def put(self, index: int, sample: dict[str, Any]) -> None:
+        """Keep a sample prepared here: in this node's tiers when it is its home, else as a copy
+        for its home, sent by `send_to_homes`."""
         parts = encode_sample(sample)
         if parts is None:
             return
-        size = sum(len(p) for p in parts)
         folder, row = self._where(index)
+        peers = self._peers()
+        home = peers.home(folder, row) if peers is not None else None
+        if peers is not None and home is not None and home != peers.node_id:
+            with self._lock:
+                self._gifts.setdefault(home, []).append((folder, row, b"".join(parts)))
+            return
+        size = sum(len(p) for p in parts)
         for tier in self.cache.tiers:
             tier.store(folder, row, parts, size)
         self.cache.publish()
 
+    def send_to_homes(self) -> None:
+        """Give each home node the samples of its that were prepared here (after a batch)."""
+        with self._lock:
+            gifts, self._gifts = self._gifts, {}
+        peers = self.cache.peers
+        if peers is not None:
+            for home, files in gifts.items():
+                peers.give(home, files)
+
 
 def open_prepared_cache(memory_dir: str, memory_bytes: int, disk_dir: str, disk_bytes: int,
-                        counters: SharedReadCounters) -> PreparedCache | None:
+                        counters: SharedReadCounters, peers: PreparedPeers | None = None) -> PreparedCache | None:
     """The node's cache, or None when both tiers are off or neither directory can be used (then
     every sample is prepared, as with the cache off)."""
     tiers = []
@@ -342,7 +423,7 @@ def open_prepared_cache(memory_dir: str, memory_bytes: int, disk_dir: str, disk_
         except OSError as exc:
             log.error("cannot keep prepared samples in %s (%s): the %s tier is off; make the directory writable "
                       "for this user or set prepared_cache_%s_dir", directory, exc, name, name)
-    return PreparedCache(tiers, counters) if tiers else None
+    return PreparedCache(tiers, counters, peers) if tiers else None
 
 
 __all__ = ["JobSamples", "PreparedCache", "SampleTier", "decode_sample", "encode_sample", "open_prepared_cache",

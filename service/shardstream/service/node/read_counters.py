@@ -28,7 +28,8 @@ class ReadCounters:
     disk_bytes: int = 0  # level: bytes the node's local copy holds (last known)
     prepared_memory_hits: int = 0  # samples found prepared in the node's memory tier
     prepared_disk_hits: int = 0  # ... in its disk tier
-    prepared_misses: int = 0  # samples in neither tier (read and prepared), with the cache on
+    prepared_peer_hits: int = 0  # ... at their home node (another node: prepared_peers.py)
+    prepared_misses: int = 0  # samples found nowhere (read and prepared), with the cache on
     prepared_memory_bytes: int = 0  # levels: bytes each prepared-sample tier holds (last known)
     prepared_disk_bytes: int = 0
 
