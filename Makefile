@@ -26,13 +26,15 @@ test: setup proto-check lint typecheck
 
 # Side by side: shardstream, DataLoader, Ray Data and (where TensorFlow installs) tf.data service;
 # then samples/s against the number of decode nodes (a chart), and shuffled reads of a dataset 4x
-# larger than the decoders' memory (local files and gs://).
+# larger than the decoders' memory (local files and gs://), and the prepared-sample cache on two
+# decode nodes.
 bench: setup
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PIP) install -q "tensorflow-cpu>=2.15" || echo "tensorflow-cpu did not install: the tf.data service column will be skipped"
 	$(PY) -m bench
 	$(PY) -m bench.scaling
 	$(PY) -m bench.shuffled_reads --gcs
+	$(PY) -m bench.prepared_peers
 
 lint: setup
 	$(VENV)/bin/ruff check .
