@@ -138,10 +138,10 @@ class LocalCopy:
             entry = self._mapped.get(ident)
             if entry is None:
                 return None
-            self._mapped.move_to_end(ident)
             table, path, touched = entry
-            if now - touched < self.touch_every_s:
+            if now - touched < self.touch_every_s:  # its place in the LRU too is renewed at most that often
                 return table
+            self._mapped.move_to_end(ident)
             self._mapped[ident] = (table, path, now)
         try:
             os.utime(path)

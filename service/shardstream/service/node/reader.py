@@ -120,8 +120,8 @@ class ShardReader:
             return []
         rgs = np.searchsorted(self._rg_starts, indices, side="right") - 1
         order = np.argsort(rgs, kind="stable")  # positions grouped by row group, ascending within
-        bounds = np.flatnonzero(np.diff(rgs[order])) + 1
-        groups = np.split(order, bounds)
+        bounds = (np.flatnonzero(np.diff(rgs[order])) + 1).tolist()
+        groups = [order[a:b] for a, b in zip([0, *bounds], [*bounds, len(order)], strict=True)]
         rows = indices - self._rg_starts[rgs]
         wanted = [int(rgs[at[0]]) for at in groups]
         tables = self._row_groups([(int(self._rg_file[g]), int(self._rg_in_file[g])) for g in wanted])

@@ -44,14 +44,21 @@ def gather_arrays(pieces: Sequence[Piece], count: int,
     written into `out` (arrays shaped as `column_specs` says) when given, else new arrays."""
     specs = column_specs(pieces, count)
     arrays = dict(out) if out is not None else {s.name: np.empty(s.shape, dtype=s.dtype) for s in specs}
-    for spec in specs:
-        batch = arrays[spec.name]
-        for piece in pieces:
-            source, nulls = _column_views(piece.table)[spec.name]
+    columns = [(spec.name, arrays[spec.name]) for spec in specs]
+    for piece in pieces:  # a piece's views looked up once for all its columns
+        views = _column_views(piece.table)
+        one_row = len(piece.at) == 1  # most pieces of a shuffled batch
+        if one_row:
+            position, row = int(piece.at[0]), int(piece.rows[0])
+        for name, batch in columns:
+            source, nulls = views[name]
             if nulls is not None and nulls[piece.rows].any():
                 raise CorruptSample(
-                    f"column {spec.name!r} has {int(nulls[piece.rows].sum())} null value(s) in this batch")
-            _gather_into(batch, source, piece.rows, piece.at)
+                    f"column {name!r} has {int(nulls[piece.rows].sum())} null value(s) in this batch")
+            if one_row:
+                batch[position] = source[row]
+            else:
+                _gather_into(batch, source, piece.rows, piece.at)
     return {spec.name: arrays[spec.name] for spec in specs}
 
 
@@ -118,9 +125,6 @@ ROW_BY_ROW_BYTES = 4096
 
 def _gather_into(batch: np.ndarray, source: np.ndarray, rows: np.ndarray, at: np.ndarray) -> None:
     """batch[at] = source[rows], each byte copied once. `at` is ascending; `rows` are valid."""
-    if len(at) == 1:  # most pieces of a shuffled batch: one row
-        batch[at[0]] = source[rows[0]]
-        return
     if not len(at):
         return
     if at[-1] - at[0] + 1 == len(at):  # a contiguous run of the batch
