@@ -130,6 +130,18 @@ def stored_bytes(directory: Path) -> int:
     return total
 
 
+def settled_storage_bytes_read(address: str, quiet_s: float = 2.5) -> int:
+    """`storage_bytes_read` once it has stopped changing for `quiet_s`: the decode actors report
+    once a second, so a read right after an epoch would count its last reads in the next one."""
+    last, since = storage_bytes_read(address), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(0.25)
+        now = storage_bytes_read(address)
+        if now != last:
+            last, since = now, time.monotonic()
+    return last
+
+
 def storage_bytes_read(address: str) -> int:
     from shardstream.client.tls import open_channel
     from shardstream.proto.v1 import loader_pb2 as pb
@@ -160,7 +172,7 @@ def run_case(case: str, dataset: str, dataset_bytes: int, workload: Workload, wo
                           shuffle_block=shuffle_block, job_name=f"bench-{case}") as loader:
             for epoch in range(epochs):
                 loader.set_epoch(epoch)
-                before = storage_bytes_read(address)
+                before = settled_storage_bytes_read(address)
                 samples, started = 0, time.perf_counter()
                 for step, batch in enumerate(loader):
                     samples += len(batch["idx"])
@@ -168,7 +180,7 @@ def run_case(case: str, dataset: str, dataset_bytes: int, workload: Workload, wo
                         break
                 seconds = time.perf_counter() - started
                 results.append(CaseResult(case, epoch, samples, seconds,
-                                          storage_bytes_read(address) - before, dataset_bytes,
+                                          settled_storage_bytes_read(address) - before, dataset_bytes,
                                           workload.rows))
                 log.info("%s epoch %d: %.0f samples/s, amplification %.2f", case, epoch,
                          results[-1].samples_per_s, results[-1].amplification)
