@@ -21,7 +21,6 @@ import logging
 import math
 import shutil
 import sys
-import time
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -29,6 +28,7 @@ from typing import Any
 
 from bench.config import CACHE_DIR, RESULTS_DIR, full_config
 from bench.consumer import run_consumer
+from bench.node_reads import node_reads, settled
 from bench.report import markdown_table
 from bench.services import shardstream_service
 from bench.spec import ConsumerSpec
@@ -42,26 +42,9 @@ COUNTERS = ("prepared_disk_hits", "prepared_peer_hits", "prepared_misses")
 TIER_BYTES = 8 << 30  # each node's disk tier: room for the whole prepared workload
 
 
-def prepared_counters(address: str) -> dict[str, int]:
+def _settled_counters(address: str) -> dict[str, int]:
     """Where the service's samples came from so far, summed over the nodes."""
-    from shardstream.client.tls import open_channel
-    from shardstream.proto.v1 import loader_pb2 as pb
-    from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-
-    with open_channel(address, None) as channel:
-        status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=30)
-    return {name: sum(getattr(r, name) for r in status.node_reads) for name in COUNTERS}
-
-
-def _settled_counters(address: str, quiet_reads: int = 3) -> dict[str, int]:
-    """The counters once the actors' once-a-second reports have caught up."""
-    last, same = prepared_counters(address), 0
-    while same < quiet_reads:
-        time.sleep(1.0)
-        now = prepared_counters(address)
-        same = same + 1 if now == last else 0
-        last = now
-    return last
+    return settled(lambda: node_reads(address, COUNTERS))
 
 
 def run_round(rep: int, work_dir: Path, ray_address: str, workload: Path, spec_args: dict[str, Any],

@@ -51,6 +51,7 @@ import pyarrow.parquet as pq
 
 from bench.config import CACHE_DIR, MIB, RESULTS_DIR
 from bench.machine import git_revision
+from bench.node_reads import node_reads, settled
 from bench.services import shardstream_service
 
 log = logging.getLogger(__name__)
@@ -130,26 +131,9 @@ def stored_bytes(directory: Path) -> int:
     return total
 
 
-def settled_storage_bytes_read(address: str, quiet_s: float = 2.5) -> int:
-    """`storage_bytes_read` once it has stopped changing for `quiet_s`: the decode actors report
-    once a second, so a read right after an epoch would count its last reads in the next one."""
-    last, since = storage_bytes_read(address), time.monotonic()
-    while time.monotonic() - since < quiet_s:
-        time.sleep(0.25)
-        now = storage_bytes_read(address)
-        if now != last:
-            last, since = now, time.monotonic()
-    return last
-
-
-def storage_bytes_read(address: str) -> int:
-    from shardstream.client.tls import open_channel
-    from shardstream.proto.v1 import loader_pb2 as pb
-    from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-
-    with open_channel(address, None) as channel:
-        status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=30)
-    return sum(r.storage_bytes_read for r in status.node_reads)
+def settled_storage_bytes_read(address: str) -> int:
+    """The bytes the decode nodes read from storage so far, once their reports have settled."""
+    return settled(lambda: node_reads(address, ("storage_bytes_read",))["storage_bytes_read"])
 
 
 def run_case(case: str, dataset: str, dataset_bytes: int, workload: Workload, work_dir: Path,

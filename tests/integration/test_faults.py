@@ -21,24 +21,17 @@ from ray.cluster_utils import Cluster
 from shardstream.client import RemoteLoader, fetcher
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
+from tests.cluster import add_decode_node, decode_cluster
 from tests.datasets import oracle_batches, write_indexed
 
-NODE_STORE = 80 * 2**20
 N, WORLD, BATCH = 120, 2, 4
 SLOW = {"transform": "tests.transforms:slow", "transform_args": {"delay_s": 0.01}}
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with decode_cluster() as cluster:
+        yield cluster
 
 
 @pytest.fixture
@@ -143,7 +136,7 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
     added: list[object] = []
 
     def add_a_decode_node() -> None:
-        added.append(cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE))
+        added.append(add_decode_node(cluster))
         deadline = time.monotonic() + 90  # hold the loop (not the service) until the actor is up
         while running.pool.size < 3 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -169,7 +162,7 @@ def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], 
     """The decode node's actor goes with it, holding steps: on either path (its batches written into
     the rank's shared memory, or sent) they are decoded again elsewhere."""
     running, address = service
-    spare = cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
+    spare = add_decode_node(cluster)
     deadline = time.monotonic() + 60
     while running.pool.size < 3 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -198,7 +191,7 @@ def test_decode_node_restarted_mid_epoch(cluster: Cluster, service: tuple[Servic
     or repeated, and the restarted node's actor takes work again in the same epoch."""
     monkeypatch.setattr(fetcher, "DECODERS_REFRESH_S", 0.5)
     running, address = service
-    nodes = [cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)]
+    nodes = [add_decode_node(cluster)]
     _wait_for_pool(running, 3)
 
     # The node goes while the loop keeps taking batches, so its decoder is busy when it goes (a loop
@@ -209,7 +202,7 @@ def test_decode_node_restarted_mid_epoch(cluster: Cluster, service: tuple[Servic
     def node_back() -> None:
         removal.join()
         _wait_for_pool(running, 2)
-        nodes.append(cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE))
+        nodes.append(add_decode_node(cluster))
         _wait_for_pool(running, 3)
 
     recovered = Recovered()

@@ -16,22 +16,14 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import create_server
+from tests.cluster import add_decode_node, decode_cluster, new_cluster
 from tests.datasets import oracle_batches, write_indexed
-
-NODE_STORE = 80 * 2**20
 
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
-    cluster = Cluster(initialize_head=True,
-                      head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
-    for _ in range(2):
-        cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="WARNING")
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    with decode_cluster() as cluster:
+        yield cluster
 
 
 @pytest.mark.slow
@@ -60,7 +52,7 @@ def test_service_starts_before_decode_nodes_and_serves_once_they_join(tmp_path: 
     """As on Kubernetes: the head comes up first, decode workers join later. A rank that starts
     before them waits for one (within reconnect_timeout), then gets its batches."""
     ray.shutdown()
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
+    cluster = new_cluster()
     try:
         ray.init(address=cluster.address, logging_level="WARNING")
         service, port = create_server(ServiceConfig(port=0, decode_timeout_s=3))
@@ -80,7 +72,7 @@ def test_service_starts_before_decode_nodes_and_serves_once_they_join(tmp_path: 
                                    job_name="patient")
             waiter = threading.Thread(target=lambda: waiting.append([b["idx"].tolist() for b in patient]))
             waiter.start()
-            cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
+            add_decode_node(cluster)
             waiter.join(timeout=120)  # the joining node's actor starts (seconds, on a busy machine)
             assert waiting == [oracle]
             # the failed attempt handed out no batch, so iterating again retries epoch 0

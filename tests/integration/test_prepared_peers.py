@@ -8,25 +8,22 @@ are the bytes a service with the cache off sends.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
 import pytest
-import ray
-from ray.cluster_utils import Cluster
 
 from shardstream.client import RemoteLoader
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
+from tests.cluster import decode_cluster
 from tests.datasets import write_images
 from tests.settle import settled
 
-NODE_STORE = 80 * 2**20
 IMAGE = {"transform": "image", "transform_args": {"size": 16}}
 N = 29  # samples: 3 shards of row groups of 8
 
@@ -35,19 +32,11 @@ N = 29  # samples: 3 shards of row groups of 8
 def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
     """Two decode nodes; each one's TMPDIR, where its disk tier lives (the default directory)."""
     root = tmp_path_factory.mktemp("nodes")
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
-    temps = []
-    for i in range(2):
-        temps.append(root / f"node{i}")
-        temps[-1].mkdir()
-        cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE,
-                         env_vars={"TMPDIR": str(temps[-1])})
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address, logging_level="WARNING",
-             runtime_env={"env_vars": {"PYTHONPATH": os.getcwd()}})
-    yield temps
-    ray.shutdown()
-    cluster.shutdown()
+    temps = [root / f"node{i}" for i in range(2)]
+    for temp in temps:
+        temp.mkdir()
+    with decode_cluster([{"TMPDIR": str(temp)} for temp in temps]):
+        yield temps
 
 
 def _serve(cache: bool) -> tuple[Service, str]:

@@ -13,14 +13,9 @@ import pytest
 
 from shardstream.service.dataset import DatasetIndex, index_dataset
 from shardstream.service.node.batching import DecodeJob, decode_batch
-from shardstream.service.node.prepared_cache import (
-    PreparedCache,
-    SampleTier,
-    decode_sample,
-    encode_sample,
-    prepare_identity,
-)
+from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
 from shardstream.service.node.prepared_peers import PreparedPeers
+from shardstream.service.node.prepared_tier import SampleTier, decode_sample, encode_sample
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.transforms import build_transform

@@ -43,6 +43,7 @@ class Request:
 
 @dataclass
 class _Sender:
+    host: str = ""  # with a placement: the host the sender runs on
     outstanding: set[int] = field(default_factory=set)
 
 
@@ -71,7 +72,9 @@ class StepScheduler:
     # ------------------------------------------------------------ senders
 
     def add_sender(self, sender: Hashable) -> None:
-        self._senders.setdefault(sender, _Sender())
+        if sender not in self._senders:
+            host = self.placement.host_of(str(sender)) if self.placement is not None else ""
+            self._senders[sender] = _Sender(host)
 
     def failed(self, sender: Hashable) -> list[int]:
         """Forget `sender`; its outstanding steps are requested again elsewhere. Returns them."""
@@ -172,16 +175,16 @@ class StepScheduler:
     def _sender_for(self, step: int) -> tuple[Hashable, bool] | None:
         """The sender for `step` (and whether it is on the step's home host): the least loaded one
         below its cap, or one on the home host not much busier."""
-        open_ = [(len(s.outstanding), i, name) for i, (name, s) in enumerate(self._senders.items())
+        senders = self._senders
+        open_ = [(len(s.outstanding), i, name) for i, (name, s) in enumerate(senders.items())
                  if len(s.outstanding) < self.per_sender]
         if not open_:
             return None
         least = min(open_)
         if self.placement is None:
             return least[2], False
-        host_of = self.placement.host_of
-        home = self.placement.home(step, {host_of(str(name)) for name in self._senders})
-        near = [o for o in open_ if host_of(str(o[2])) == home and o[0] <= least[0] + LOCALITY_SLACK]
+        home = self.placement.home(step, {s.host for s in senders.values()})
+        near = [o for o in open_ if senders[o[2]].host == home and o[0] <= least[0] + LOCALITY_SLACK]
         return (min(near)[2], True) if near else (least[2], False)
 
     def _in_flight(self) -> int:

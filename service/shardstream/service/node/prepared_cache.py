@@ -24,32 +24,22 @@ With decode actors on several nodes, each sample has a home node, and the
 others ask it before preparing the sample themselves (prepared_peers.py); a
 node keeps only its own samples.
 
-A full tier admits nothing more rather than evicting the least recently used
-sample: each epoch asks for every sample in a new order, so evicting by
-recency throws out entries just before they are asked for, while keeping a
-fixed part of the dataset serves that part every epoch. Room is made only by
-removing whole datasets (a directory per prepare identity and shard) that no
-actor used for ``STALE_DIRECTORY_S``.
+Each tier is a bounded directory of sample files (prepared_tier.py).
 """
 
 from __future__ import annotations
 
 import collections
-import contextlib
 import hashlib
 import importlib
 import inspect
 import json
 import logging
 import os
-import shutil
-import struct
 import threading
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -57,18 +47,10 @@ import numpy as np
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
+from shardstream.service.node.prepared_tier import SampleTier, decode_sample, encode_sample
 from shardstream.service.node.read_counters import SharedReadCounters
 
 log = logging.getLogger(__name__)
-
-MAGIC = b"SSPREP1\n"
-ALIGN = 16
-LOW_WATER = 0.9  # making room frees down to this fraction of the bound
-RECOUNT_FRACTION = 0.01  # re-count the whole tier every this much of its bound written by this actor
-STALE_DIRECTORY_S = 3600.0  # a dataset's entries unused this long may go to make room
-FULL_RETRY_S = 30.0  # a tier found full and with nothing stale is not scanned again for this long
-TOUCH_EVERY_S = 60.0  # how often an actor marks a directory it reads from as used
-SCALAR_KINDS = {"int": int, "float": float, "bool": bool}
 
 
 def default_memory_directory() -> str:
@@ -98,179 +80,6 @@ def prepare_identity(name: str, args: dict[str, Any], columns: Sequence[str], tr
         code = hashlib.sha256(source.encode()).hexdigest()
     text = json.dumps([name, args, sorted(columns), code], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
-
-
-# ---------------------------------------------------------------- one sample as a file
-
-def encode_sample(sample: dict[str, Any]) -> list[bytes | memoryview] | None:
-    """The file's parts; None when a value is not numbers (a string, None): such a sample is
-    prepared every time."""
-    fields, blocks = [], []
-    for name, value in sample.items():
-        kind = next((k for k, t in SCALAR_KINDS.items() if type(value) is t), None)
-        if kind is None:
-            kind = "generic" if isinstance(value, np.generic) else "array"
-            if not isinstance(value, (np.ndarray, np.generic)):
-                return None
-        array = np.asarray(value)  # not ascontiguousarray: it makes 0-d values 1-d
-        if not array.flags.c_contiguous:
-            array = array.copy(order="C")
-        if array.dtype.kind not in "biuf":
-            return None
-        fields.append([name, kind, array.dtype.str, list(array.shape)])
-        blocks.append(array.reshape(-1).view(np.uint8).data if array.size else memoryview(b""))
-    header = json.dumps(fields).encode()
-    parts: list[bytes | memoryview] = [MAGIC, struct.pack("<I", len(header)), header]
-    position = len(MAGIC) + 4 + len(header)
-    for block in blocks:
-        pad = -position % ALIGN
-        parts += [b"\0" * pad, block]
-        position += pad + len(block)
-    return parts
-
-
-def decode_sample(data: bytearray) -> dict[str, Any]:
-    """The sample a file holds; arrays are writable views of `data`."""
-    if data[: len(MAGIC)] != MAGIC:
-        raise ValueError("not a prepared-sample file")
-    (length,) = struct.unpack_from("<I", data, len(MAGIC))
-    position = len(MAGIC) + 4 + length
-    sample: dict[str, Any] = {}
-    for name, kind, dtype, shape in json.loads(bytes(data[len(MAGIC) + 4 : position])):
-        position += -position % ALIGN
-        count = int(np.prod(shape, dtype=np.int64))
-        array = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=position).reshape(shape)
-        position += array.nbytes
-        sample[name] = SCALAR_KINDS[kind](array.item()) if kind in SCALAR_KINDS else (
-            array[()] if kind == "generic" else array)
-    if position != len(data):
-        raise ValueError("prepared-sample file has trailing bytes")
-    return sample
-
-
-# ---------------------------------------------------------------- a tier
-
-class SampleTier:
-    """One directory of prepared-sample files, bounded in bytes, shared by the node's actors."""
-
-    def __init__(self, name: str, directory: str, max_bytes: int) -> None:
-        self.name = name
-        self.root = Path(directory)
-        self.max_bytes = max_bytes
-        self.root.mkdir(parents=True, exist_ok=True)
-        self._lock = threading.Lock()
-        self._remove_temp_files()
-        self.stored_bytes = self._scan()[1]
-        self._written_since_scan = 0
-        self._full_until = 0.0
-        self._touched: dict[str, float] = {}
-
-    def load(self, folder: str, row: int) -> dict[str, Any] | None:
-        data = self.load_file(folder, row)
-        if data is None:
-            return None
-        try:
-            return decode_sample(data)
-        except (ValueError, KeyError, TypeError) as exc:  # damaged: prepare it again
-            path = os.path.join(self.root, folder, str(row))
-            log.warning("dropping unreadable prepared sample %s: %s", path, exc)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            return None
-
-    def load_file(self, folder: str, row: int) -> bytearray | None:
-        """The sample's file as it is stored (what a peer is sent), or None."""
-        try:
-            with open(os.path.join(self.root, folder, str(row)), "rb") as f:
-                data = bytearray(os.fstat(f.fileno()).st_size)
-                f.readinto(data)
-        except FileNotFoundError:
-            return None
-        self._touch(folder)
-        return data
-
-    def store(self, folder: str, row: int, parts: list[bytes | memoryview], size: int) -> bool:
-        """Write the file atomically; False when the tier is full or refuses it."""
-        if time.monotonic() < self._full_until or size > self.max_bytes * LOW_WATER:
-            return False
-        with self._lock:
-            over = self.stored_bytes + size > self.max_bytes
-        if over and not self._make_room(size):
-            return False
-        directory = os.path.join(self.root, folder)
-        path = os.path.join(directory, str(row))
-        temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            os.makedirs(directory, exist_ok=True)
-            with open(temp, "wb") as f:
-                f.writelines(parts)
-            os.replace(temp, path)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-            log.warning("cannot write prepared samples to the %s tier under %s (%s): treating it as full for "
-                        "%.0f s", self.name, self.root, exc, FULL_RETRY_S)
-            self._full_until = time.monotonic() + FULL_RETRY_S
-            return False
-        with self._lock:
-            self.stored_bytes += size
-            self._written_since_scan += size
-            recount = self._written_since_scan >= self.max_bytes * RECOUNT_FRACTION
-        if recount:
-            self._recount()
-        return True
-
-    def _touch(self, folder: str) -> None:
-        """Mark the directory used (what decides which datasets may go when the tier is full)."""
-        now = time.monotonic()
-        if now - self._touched.get(folder, -TOUCH_EVERY_S) >= TOUCH_EVERY_S:
-            self._touched[folder] = now
-            with contextlib.suppress(OSError):
-                os.utime(os.path.join(self.root, folder))
-
-    def _scan(self) -> tuple[dict[str, tuple[float, int]], int]:
-        """folder -> (last used, bytes), and the total."""
-        folders: dict[str, tuple[float, int]] = {}
-        for sub in os.scandir(self.root):
-            if not sub.is_dir():
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                used = sub.stat().st_mtime
-                size = sum(e.stat().st_size for e in os.scandir(sub.path) if not e.name.endswith(".tmp"))
-                folders[sub.name] = (used, size)
-        return folders, sum(size for _, size in folders.values())
-
-    def _recount(self) -> int:
-        total = self._scan()[1]
-        with self._lock:
-            self.stored_bytes, self._written_since_scan = total, 0
-        return total
-
-    def _make_room(self, size: int) -> bool:
-        """Remove datasets unused for STALE_DIRECTORY_S, oldest first, until `size` fits under the
-        low-water mark; False (and no scan for FULL_RETRY_S) when that is not enough."""
-        folders, total = self._scan()
-        cutoff = time.time() - STALE_DIRECTORY_S
-        target = self.max_bytes * LOW_WATER - size
-        for name, (used, folder_bytes) in sorted(folders.items(), key=lambda item: item[1][0]):
-            if total <= target or used >= cutoff:
-                break
-            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-            total -= folder_bytes
-            log.info("prepared-sample %s tier full: removed %s (%d bytes, unused since %s)", self.name, name,
-                     folder_bytes, time.ctime(used))
-        with self._lock:
-            self.stored_bytes, self._written_since_scan = total, 0
-        if total + size > self.max_bytes:
-            self._full_until = time.monotonic() + FULL_RETRY_S
-            return False
-        return True
-
-    def _remove_temp_files(self) -> None:
-        for temp in self.root.glob("*/*.tmp"):
-            with contextlib.suppress(OSError):
-                if temp.stat().st_mtime < time.time() - 600:
-                    temp.unlink()
 
 
 # ---------------------------------------------------------------- the cache
@@ -426,5 +235,4 @@ def open_prepared_cache(memory_dir: str, memory_bytes: int, disk_dir: str, disk_
     return PreparedCache(tiers, counters, peers) if tiers else None
 
 
-__all__ = ["JobSamples", "PreparedCache", "SampleTier", "decode_sample", "encode_sample", "open_prepared_cache",
-           "prepare_identity"]
+__all__ = ["JobSamples", "PreparedCache", "open_prepared_cache", "prepare_identity"]

@@ -108,10 +108,10 @@ class ShardReader:
         self.loaders = loaders  # loads a batch's missing row groups in parallel; None: one by one
         # Every row group of the dataset, in global order: its first global index, its file and its
         # place in that file. A batch's rows are grouped by one searchsorted and one sort.
-        counts = [(f, rg, rows) for f, s in enumerate(index.shards) for rg, rows in enumerate(s.row_group_rows)]
-        self._rg_starts = np.concatenate([[0], np.cumsum([c[2] for c in counts], dtype=np.int64)])[:-1]
-        self._rg_file = np.array([c[0] for c in counts], dtype=np.int64)
-        self._rg_in_file = np.array([c[1] for c in counts], dtype=np.int64)
+        per_file = [len(shard.row_group_rows) for shard in index.shards]
+        self._rg_starts = np.cumsum([0, *index.row_group_rows], dtype=np.int64)[:-1]
+        self._rg_file = np.repeat(np.arange(len(per_file)), per_file)
+        self._rg_in_file = np.concatenate([np.arange(n) for n in per_file])
 
     def pieces(self, indices: np.ndarray) -> list[Piece]:
         """The batch `indices` as row-group pieces (in dataset order), without copying any row."""
