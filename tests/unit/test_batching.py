@@ -10,7 +10,8 @@ import pytest
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
 from shardstream.proto.wire import FrameHeader, encode_batch, parse_batch
-from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.dataset import DatasetIndex
+from shardstream.service.formats import index_dataset
 from shardstream.service.node.batching import (
     DecodedBatch,
     DecodeJob,

@@ -16,7 +16,9 @@ from shardstream.proto.errors import (
     SchemaMismatch,
     UnreadableShard,
 )
-from shardstream.service.dataset import file_version, index_dataset, read_shard, resolve_urls
+from shardstream.service.dataset import file_version, resolve_urls
+from shardstream.service.formats import index_dataset
+from shardstream.service.formats.parquet import read_shard
 from tests.datasets import write_indexed
 
 

@@ -14,7 +14,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardstream.proto.errors import UnreadableShard
-from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.dataset import DatasetIndex
+from shardstream.service.formats import index_dataset
 from shardstream.service.node.local_copy import STALE_TEMP_S, LocalCopy
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader

@@ -11,7 +11,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.dataset import DatasetIndex
+from shardstream.service.formats import index_dataset
 from shardstream.service.node.batching import DecodeJob, decode_batch
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
 from shardstream.service.node.prepared_peers import PreparedPeers

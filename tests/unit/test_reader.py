@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.proto.errors import DatasetNotFound
-from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.dataset import DatasetIndex
+from shardstream.service.formats import index_dataset
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader

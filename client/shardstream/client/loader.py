@@ -52,6 +52,17 @@ DEFAULT_WINDOW_BYTES = 512 * 2**20
 _LOADERS_CREATED = itertools.count()  # this process's loaders, in creation order (default_job_name)
 
 
+def _format_args(given: Mapping[str, Any] | None, **named: Any) -> dict[str, Any]:
+    """The format's options: `given`, plus the named ones that were set."""
+    args = dict(given or {})
+    for key, value in named.items():
+        if value is not None:
+            if key in args and args[key] != value:
+                raise InvalidJobSpec(f"{key}={value!r} and format_args[{key!r}]={args[key]!r} disagree")
+            args[key] = value
+    return args
+
+
 class RemoteLoader:
     """An iterable of batches (dict[str, torch.Tensor]) streamed from a shardstream service.
 
@@ -82,6 +93,11 @@ class RemoteLoader:
         connect_timeout: seconds to wait for the service to become reachable.
         reconnect_timeout: seconds to keep reconnecting after the link to the service breaks
             mid-epoch (default: `timeout`); the stream resumes at the next batch.
+        format: how to find sample i in the dataset's files (README, "Dataset formats"): None
+            picks Parquet, or WebDataset when every entry ends in ``.tar``; ``"parquet"``,
+            ``"tokens"``, ``"webdataset"``, ``"imagefolder"``, ``"manifest"``.
+        format_args: the format's options; ``seq_len``, ``dtype`` (tokens) and ``url_column``
+            (manifest) may be given as keyword arguments instead.
         tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
             SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
         shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
@@ -117,6 +133,11 @@ class RemoteLoader:
         shared_memory: bool = True,
         bulk_socket: bool = True,
         shuffle_block: int | None = None,
+        format: str | None = None,
+        format_args: Mapping[str, Any] | None = None,
+        seq_len: int | None = None,
+        dtype: str | None = None,
+        url_column: str | None = None,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -142,6 +163,8 @@ class RemoteLoader:
             world_size=self.world_size, shuffle_block=shuffle_block or 0,
             transform=pb.TransformSpec(name=transform or "", args_json=json.dumps(dict(transform_args or {}))),
             columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
+            format=format or "", format_args_json=json.dumps(_format_args(format_args, seq_len=seq_len,
+                                                                          dtype=dtype, url_column=url_column)),
         )
         self.job_name = (job_name if job_name is not None
                          else default_job_name(next(_LOADERS_CREATED), self.world_size))

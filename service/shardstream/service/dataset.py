@@ -1,9 +1,13 @@
-"""Dataset discovery: fsspec URLs -> sorted Parquet shards with row offsets.
+"""What a dataset is once opened: shards of samples in global order, cut into units.
 
 The global index of a sample is its position in the concatenation of the
-dataset's files in sorted path order, rows in file order. This module builds
-that index from Parquet footers only (no data is read) and fingerprints it,
-so a plan can be rebuilt anywhere from (spec, fingerprint, epoch).
+dataset's shards in sorted path order, samples in shard order. A format
+(formats/) builds the index when a job opens, from metadata only where it can
+(Parquet footers, file sizes, tar headers), and reads one unit (a Parquet row
+group, a run of token windows, a run of tar samples) as an Arrow table when a
+decoder needs it. Everything downstream (plans, caches, transforms, the data
+plane) sees only this index and those tables. The index is fingerprinted, so a
+plan can be rebuilt anywhere from (spec, fingerprint, epoch).
 """
 
 from __future__ import annotations
@@ -13,34 +17,49 @@ import hashlib
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import fsspec
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 from tqdm import tqdm
 
-from shardstream.proto.errors import (
-    DatasetNotFound,
-    InvalidJobSpec,
-    SchemaMismatch,
-    UnreadableShard,
-)
+from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
 
 log = logging.getLogger(__name__)
 
-PARQUET_SUFFIXES = (".parquet", ".parq", ".pq")
 _GLOB_CHARS = set("*?[")
 
 
 @dataclass(frozen=True)
 class Shard:
+    """A run of samples in global order, read unit by unit (`row_group_rows`: samples per unit).
+
+    For Parquet a shard is a file and a unit a row group. Formats whose samples are not rows of
+    one file say how they cut and read theirs in `reading` (part of every identity: the local
+    copy's keys, the prepared cache's folders, the fingerprint) and keep what reading needs in
+    `layout` (offsets, file lists), which travels with the index to the decoders."""
+
     url: str
     size: int
     num_rows: int
     row_group_rows: tuple[int, ...]
     version: str = ""  # the store's generation/ETag, else mtime: a rewritten file gets a new one
+    format: str = "parquet"
+    reading: str = ""  # how units are cut and decoded, with the options that change them; "": Parquet's
+    layout: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def identity(self) -> str:
+        """What names this shard's samples: a rewritten file, or another way to read it, differs."""
+        base = f"{self.url}\0{self.size}\0{self.version}"
+        return f"{base}\0{self.reading}" if self.reading else base
+
+    def sample_name(self, row: int) -> str:
+        """Where sample `row` of this shard is, for error messages: the file and row or member."""
+        name = getattr(self.layout, "sample_name", None)
+        return name(row) if name is not None else f"row {row} of {self.url}"
 
 
 @dataclass(frozen=True)
@@ -49,6 +68,7 @@ class DatasetIndex:
 
     shards: tuple[Shard, ...]
     schema: pa.Schema
+    format: str = "parquet"
 
     @property
     def num_rows(self) -> int:
@@ -69,7 +89,8 @@ class DatasetIndex:
         """Computed once: every rank's OpenJob returns it."""
         h = hashlib.sha256()
         for s in self.shards:
-            h.update(f"{s.url}\0{s.size}\0{s.num_rows}\0{s.version}\n".encode())
+            reading = f"\0{s.reading}" if s.reading else ""  # Parquet's fingerprints as before formats
+            h.update(f"{s.url}\0{s.size}\0{s.num_rows}\0{s.version}{reading}\n".encode())
         h.update(self.schema.to_string(show_schema_metadata=False).encode())
         return h.hexdigest()[:16]
 
@@ -78,8 +99,13 @@ class DatasetIndex:
         shard = int(np.searchsorted(self.file_starts, index, side="right")) - 1
         return self.shards[shard].url, int(index - self.file_starts[shard])
 
+    def describe(self, index: int) -> str:
+        """Where sample `index` is, in words: "row 3 of gs://b/x.parquet", "member k.jpg of ..." """
+        shard = int(np.searchsorted(self.file_starts, index, side="right")) - 1
+        return self.shards[shard].sample_name(int(index - self.file_starts[shard]))
 
-def _filesystem(entry: str) -> tuple[fsspec.AbstractFileSystem, str]:
+
+def filesystem(entry: str) -> tuple[fsspec.AbstractFileSystem, str]:
     try:
         return fsspec.core.url_to_fs(entry)
     except ImportError as exc:  # e.g. s3:// without s3fs installed where the service runs
@@ -108,24 +134,27 @@ def _allow_any(url: str) -> None:
     pass
 
 
-def resolve_urls(dataset: tuple[str, ...], allow: Callable[[str], None] = _allow_any) -> list[str]:
-    """Expand directories and globs into a sorted, de-duplicated list of shard URLs.
+def resolve_urls(dataset: tuple[str, ...], allow: Callable[[str], None] = _allow_any,
+                 suffixes: tuple[str, ...] = (".parquet", ".parq", ".pq"), kind: str = "Parquet") -> list[str]:
+    """Expand directories and globs into a sorted, de-duplicated list of file URLs: a directory
+    contributes the files under it whose names end with one of `suffixes` (`kind` names them in
+    errors), a glob or a path whatever it names.
 
     `allow` raises for a URL the service may not read; it sees each entry before
-    it is listed and each shard it resolves to.
+    it is listed and each file it resolves to.
     """
     urls: set[str] = set()
     for entry in dataset:
         allow(entry)
-        fs, path = _filesystem(entry)
+        fs, path = filesystem(entry)
         if _GLOB_CHARS & set(path):
             found = [p for p in fs.glob(path) if not fs.isdir(p)]
             if not found:
                 raise DatasetNotFound(f"no files match {entry!r}")
         elif fs.isdir(path):
-            found = [p for p in fs.find(path) if _is_shard(p)]
+            found = [p for p in fs.find(path) if is_listed(p, suffixes)]
             if not found:
-                raise DatasetNotFound(f"directory {entry!r} holds no Parquet files ({', '.join(PARQUET_SUFFIXES)})")
+                raise DatasetNotFound(f"directory {entry!r} holds no {kind} files ({', '.join(suffixes)})")
         elif fs.exists(path):
             found = [path]
         else:
@@ -136,9 +165,10 @@ def resolve_urls(dataset: tuple[str, ...], allow: Callable[[str], None] = _allow
     return sorted(urls)
 
 
-def _is_shard(path: str) -> bool:
+def is_listed(path: str, suffixes: tuple[str, ...]) -> bool:
+    """A data file of a directory listing: the right suffix, not hidden, not a marker (_SUCCESS)."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
-    return name.endswith(PARQUET_SUFFIXES) and not name.startswith(("_", "."))
+    return name.lower().endswith(suffixes) and not name.startswith(("_", "."))
 
 
 def file_version(info: dict[str, object]) -> str:
@@ -151,57 +181,29 @@ def file_version(info: dict[str, object]) -> str:
     return ""
 
 
-def read_shard(url: str) -> tuple[Shard, pa.Schema]:
-    """A shard's footer: size, rows, row groups, schema."""
-    try:
-        fs, path = fsspec.core.url_to_fs(url)
-        info = fs.info(path)
-        size, version = int(info["size"]), file_version(info)
-        with fs.open(path, "rb") as f:
-            meta = pq.ParquetFile(f).metadata
-            schema = meta.schema.to_arrow_schema()
-    except FileNotFoundError:
-        raise DatasetNotFound(f"shard {url!r} does not exist") from None
-    except (pa.ArrowException, OSError, ValueError) as exc:
-        raise UnreadableShard(f"shard {url!r} is not a readable Parquet file: {exc}") from None
-    rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    return Shard(url=url, size=size, num_rows=meta.num_rows, row_group_rows=rows, version=version), schema
-
-
-def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), max_workers: int = 16,
-                  allow: Callable[[str], None] = _allow_any) -> DatasetIndex:
-    """Resolve, read every footer (in parallel), and check the schemas agree."""
-    urls = resolve_urls(dataset, allow)
-    log.info("indexing %d shard(s) of %s", len(urls), list(dataset))
-    with ThreadPoolExecutor(max_workers=min(max_workers, len(urls))) as pool:
-        # A bar only on a terminal (disable=None), for datasets with many shards.
-        results = list(tqdm(pool.map(read_shard, urls), total=len(urls), desc="indexing shards",
-                            unit="shard", disable=None if len(urls) >= 64 else True, leave=False))
-    shards = tuple(shard for shard, _ in results)
-    schemas = [_select(schema.remove_metadata(), columns, url) for (_, schema), url in zip(results, urls, strict=True)]
-    first = schemas[0]
-    for schema, url in zip(schemas[1:], urls[1:], strict=True):
-        if not schema.equals(first):
-            raise SchemaMismatch(
-                f"shard {url!r} has schema [{_brief(schema)}] but {urls[0]!r} has [{_brief(first)}]"
-            )
-    index = DatasetIndex(shards=shards, schema=first)
-    if index.num_rows == 0:
-        raise DatasetNotFound(f"dataset {list(dataset)} has no rows ({len(urls)} empty shard(s))")
-    return index
-
-
-def _select(schema: pa.Schema, columns: tuple[str, ...], url: str) -> pa.Schema:
+def check_columns(schema: pa.Schema, columns: tuple[str, ...], where: str) -> pa.Schema:
+    """`schema` narrowed to `columns` (all when empty); a column it lacks is an error naming `where`."""
     if not columns:
         return schema
     missing = [c for c in columns if c not in schema.names]
     if missing:
-        raise InvalidJobSpec(f"column(s) {missing} not in shard {url!r}; it has {schema.names}")
+        raise InvalidJobSpec(f"column(s) {missing} not in {where}; it has {schema.names}")
     return pa.schema([schema.field(c) for c in columns])
 
 
-def _brief(schema: pa.Schema) -> str:
+def in_parallel(work: Callable[[Any], Any], items: list[Any], what: str, max_workers: int = 16) -> list[Any]:
+    """`work` over `items` on threads (storage latency, not CPU), in order; a progress bar on a
+    terminal when there are many."""
+    if not items:
+        return []
+    with ThreadPoolExecutor(max_workers=min(max_workers, len(items))) as pool:
+        return list(tqdm(pool.map(work, items), total=len(items), desc=f"indexing {what}", unit=what.rstrip("s"),
+                         disable=None if len(items) >= 64 else True, leave=False))
+
+
+def brief(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
-__all__ = ["DatasetIndex", "Shard", "file_version", "index_dataset", "read_shard", "resolve_urls"]
+__all__ = ["DatasetIndex", "Shard", "brief", "canonical_url", "check_columns", "file_version", "in_parallel",
+           "is_listed", "resolve_urls"]

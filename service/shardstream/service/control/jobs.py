@@ -19,7 +19,8 @@ from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflic
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.rate import RateMeter
 from shardstream.service.control.spec import JobSpec
-from shardstream.service.dataset import DatasetIndex, index_dataset
+from shardstream.service.dataset import DatasetIndex
+from shardstream.service.formats import index_dataset
 from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.plan import SamplingSpec
@@ -113,7 +114,8 @@ class JobRegistry:
 
     def _create(self, name: str, spec: JobSpec) -> Job:
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
-        index = index_dataset(spec.dataset, spec.columns, allow=self.access.check)
+        index = index_dataset(spec.dataset, spec.columns, allow=self.access.check, format=spec.format,
+                              format_args=spec.format_args)
         check_job_schema(index.schema, transform)
         job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,

@@ -30,6 +30,8 @@ class JobSpec:
     columns: tuple[str, ...] = ()
     on_corrupt: str = "fail"
     shuffle_block: int = 0  # 0: DistributedSampler's order; > 0: block shuffle (plan.py)
+    format: str = ""  # "": Parquet, or WebDataset for .tar names (formats/)
+    format_args: str = "{}"  # canonical JSON
 
     def __post_init__(self) -> None:
         if not self.dataset or any(not d for d in self.dataset):
@@ -49,13 +51,6 @@ class JobSpec:
 
     @classmethod
     def from_proto(cls, msg: pb.JobSpec) -> JobSpec:
-        args = msg.transform.args_json or "{}"
-        try:
-            parsed = json.loads(args)
-        except json.JSONDecodeError as exc:
-            raise InvalidJobSpec(f"transform args are not valid JSON: {exc}") from None
-        if not isinstance(parsed, dict):
-            raise InvalidJobSpec("transform args must be a JSON object")
         if msg.on_corrupt not in CORRUPT_POLICIES:
             raise InvalidJobSpec(f"unknown on_corrupt policy {msg.on_corrupt}")
         return cls(
@@ -66,10 +61,12 @@ class JobSpec:
             drop_last=msg.drop_last,
             world_size=msg.world_size,
             transform=msg.transform.name,
-            transform_args=json.dumps(parsed, sort_keys=True, separators=(",", ":")),
+            transform_args=_canonical_object(msg.transform.args_json, "transform args"),
             columns=tuple(msg.columns),
             on_corrupt=CORRUPT_POLICIES[msg.on_corrupt],
             shuffle_block=msg.shuffle_block,
+            format=msg.format,
+            format_args=_canonical_object(msg.format_args_json, "format args"),
         )
 
     @property
@@ -79,8 +76,9 @@ class JobSpec:
     @property
     def fingerprint(self) -> str:
         fields_ = asdict(self)
-        if not self.shuffle_block:  # the exact order: the fingerprint jobs had before block shuffle
-            del fields_["shuffle_block"]
+        for name, default in (("shuffle_block", 0), ("format", ""), ("format_args", "{}")):
+            if fields_[name] == default:  # the fingerprint jobs had before these fields
+                del fields_[name]
         blob = json.dumps(fields_, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -91,6 +89,17 @@ class JobSpec:
             for f in fields(self)
             if getattr(self, f.name) != getattr(other, f.name)
         ]
+
+
+def _canonical_object(text: str, what: str) -> str:
+    """A JSON object in canonical form (sorted keys, no spaces); "" is {}."""
+    try:
+        parsed = json.loads(text or "{}")
+    except json.JSONDecodeError as exc:
+        raise InvalidJobSpec(f"{what} are not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidJobSpec(f"{what} must be a JSON object")
+    return json.dumps(parsed, sort_keys=True, separators=(",", ":"))
 
 
 __all__ = ["JobSpec"]

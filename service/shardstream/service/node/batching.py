@@ -101,9 +101,8 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 samples.append(_augment(transform, sample, job.seed, epoch, index))
             except Exception as exc:
                 if job.on_corrupt != "skip":
-                    url, row_in_shard = job.index.locate(index)
                     raise CorruptSample(
-                        f"sample {index} (row {row_in_shard} of {url}) failed in transform "
+                        f"sample {index} ({job.index.describe(index)}) failed in transform "
                         f"{job.transform!r}: {type(exc).__name__}: {exc}"
                     ) from None
                 index, sample = _replacement(job, reader, transform, epoch, index)
@@ -180,9 +179,8 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
             return candidate, _apply(transform, row, job.seed, epoch, candidate)
         except Exception:
             continue
-    url, row_in_shard = job.index.locate(index)
     raise CorruptSample(
-        f"sample {index} (row {row_in_shard} of {url}) is corrupt and none of the next "
+        f"sample {index} ({job.index.describe(index)}) is corrupt and none of the next "
         f"{MAX_REPLACEMENT_TRIES} samples could replace it"
     )
 

@@ -70,15 +70,15 @@ class RowGroupKey:
     columns: tuple[str, ...] | None
 
     @property
-    def ident(self) -> tuple[str, int, str, int, tuple[str, ...] | None]:
+    def ident(self) -> tuple[str, int, str, str, int, tuple[str, ...] | None]:
         """What names the row group's file, cheap to hash (a Shard holds every row group's size)."""
         s = self.shard
-        return s.url, s.size, s.version, self.row_group, self.columns
+        return s.url, s.size, s.version, s.reading, self.row_group, self.columns
 
     @property
     def digest(self) -> str:
         s = self.shard
-        text = f"{s.url}\0{s.size}\0{s.version}\0{self.row_group}\0{self.columns}"
+        text = f"{s.identity}\0{self.row_group}\0{self.columns}"  # Parquet's names as before formats
         return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

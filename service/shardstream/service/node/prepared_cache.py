@@ -138,7 +138,7 @@ class JobSamples:
 
     def __post_init__(self) -> None:
         self._starts = self.index.file_starts
-        self._folders = [hashlib.sha256(f"{self.identity}\0{s.url}\0{s.size}\0{s.version}".encode()).hexdigest()[:32]
+        self._folders = [hashlib.sha256(f"{self.identity}\0{s.identity}".encode()).hexdigest()[:32]
                          for s in self.index.shards]
         self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
         self._lock = threading.Lock()

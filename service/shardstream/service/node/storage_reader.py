@@ -1,25 +1,28 @@
-"""Row groups from the dataset's store, every byte counted.
+"""Units from the dataset's store, every byte counted.
 
 Files are opened without fsspec's read-ahead cache (``cache_type="none"``), so
-each read Arrow asks for is one ranged read of exactly those bytes, and what
-is counted is what the store served. A shard's footer is read once per actor
-and handed to Arrow afterwards, and its version is checked against the one
-the job indexed: a file rewritten since then is an error that says so, never
-a silent mix of old and new rows.
+each read a format asks for is one ranged read of exactly those bytes, and
+what is counted is what the store served. Each file's version is checked once
+per actor against the one the job indexed: a file rewritten since then is an
+error that says so, never a silent mix of old and new samples.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import fsspec
 import pyarrow as pa
-import pyarrow.parquet as pq
 
-from shardstream.proto.errors import DatasetNotFound, UnreadableShard
+from shardstream.proto.errors import DatasetNotFound, ShardstreamError, UnreadableShard
 from shardstream.service.dataset import Shard, file_version
 from shardstream.service.node.read_counters import SharedReadCounters
+
+FILE_FETCHERS = 16  # whole files of a unit fetched at once (file-list formats: latency, not CPU)
 
 
 class CountingFile:
@@ -51,54 +54,91 @@ class CountingFile:
 
 
 class StorageReader:
-    """Reads whole row groups (the selected columns) of a job's shards."""
+    """Reads whole units of a job's shards through their format (formats/), counting every byte.
+
+    It is the formats' `UnitStorage`: files opened without read-ahead, each file's version
+    checked once per decoder against the one the job indexed, per-decoder memos (footers,
+    member tables) made once however many threads ask at once."""
 
     def __init__(self, counters: SharedReadCounters) -> None:
         self.counters = counters
-        self._footers: dict[tuple[str, str], pq.FileMetaData] = {}
-        self._reading: dict[tuple[str, str], threading.Lock] = {}
+        self._memo: dict[Any, Any] = {}
+        self._making: dict[Any, threading.Lock] = {}
         self._lock = threading.Lock()
+        self._fetchers = ThreadPoolExecutor(FILE_FETCHERS, thread_name_prefix="shardstream-fetch")
 
     def row_group(self, shard: Shard, row_group: int, columns: list[str] | None) -> pa.Table:
+        """Unit `row_group` of `shard` (a Parquet row group, a run of a format's samples)."""
+        from shardstream.service.formats import get_format  # formats import this package's siblings
+
         try:
-            metadata = self._footer(shard)
-            fs, path = fsspec.core.url_to_fs(shard.url)
-            with fs.open(path, "rb", cache_type="none") as raw:
-                table = pq.ParquetFile(CountingFile(raw, self.counters), metadata=metadata).read_row_group(
-                    row_group, columns=columns)
+            table = get_format(shard.format).read_unit(shard, row_group, tuple(columns) if columns is not None
+                                                       else None, self)
+        except ShardstreamError:
+            raise
         except FileNotFoundError:
             raise DatasetNotFound(f"shard {shard.url!r} disappeared while the job was running") from None
-        except (pa.ArrowException, OSError) as exc:
-            raise UnreadableShard(f"cannot read row group {row_group} of {shard.url!r}: {exc}") from None
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            raise UnreadableShard(f"cannot read unit {row_group} of {shard.url!r}: {exc}") from None
         self.counters.count(storage_reads=1)
         return table
 
-    def _footer(self, shard: Shard) -> pq.FileMetaData:
-        key = (shard.url, shard.version)
-        with self._lock:
-            metadata = self._footers.get(key)
-            if metadata is not None:
-                return metadata
-            shard_lock = self._reading.setdefault(key, threading.Lock())
-        with shard_lock:  # several row groups of one shard load at once: one footer read
-            with self._lock:
-                metadata = self._footers.get(key)
-            if metadata is None:
-                metadata = self._read_footer(shard)
-                with self._lock:
-                    self._footers[key] = metadata
-                    self._reading.pop(key, None)
-        return metadata
-
-    def _read_footer(self, shard: Shard) -> pq.FileMetaData:
-        fs, path = fsspec.core.url_to_fs(shard.url)
-        version = file_version(fs.info(path))
-        if version != shard.version:
-            raise UnreadableShard(
-                f"shard {shard.url!r} was rewritten after the job indexed it (version {shard.version!r}, "
-                f"now {version!r}): open the job again to read the new data")
+    @contextlib.contextmanager
+    def open(self, url: str, version: str) -> Iterator[CountingFile]:
+        self._check_version(url, version)
+        fs, path = fsspec.core.url_to_fs(url)
         with fs.open(path, "rb", cache_type="none") as raw:
-            return pq.read_metadata(CountingFile(raw, self.counters))
+            yield CountingFile(raw, self.counters)
+
+    def read_range(self, url: str, version: str, start: int, end: int) -> bytes:
+        with self.open(url, version) as f:
+            f.seek(start)
+            data = f.read(end - start)
+        if len(data) != end - start:
+            raise UnreadableShard(f"{url!r} ends at byte {start + len(data)}, before byte {end} that the "
+                                  "index expects: the file is truncated")
+        return data
+
+    def read_files(self, files: list[tuple[str, str]]) -> Iterator[bytes | BaseException]:
+        def fetch(entry: tuple[str, str]) -> bytes | BaseException:
+            url, version = entry
+            try:
+                with self.open(url, version) as f:
+                    return f.read()
+            except Exception as exc:  # one file's fault is one sample's, named by the caller
+                return exc
+
+        return self._fetchers.map(fetch, files)
+
+    def memo(self, key: Any, make: Callable[[], Any]) -> Any:
+        with self._lock:
+            if key in self._memo:
+                return self._memo[key]
+            key_lock = self._making.setdefault(key, threading.Lock())
+        with key_lock:  # several units of one file load at once: one footer read
+            with self._lock:
+                if key in self._memo:
+                    return self._memo[key]
+            value = make()
+            with self._lock:
+                self._memo[key] = value
+                self._making.pop(key, None)
+        return value
+
+    def _check_version(self, url: str, version: str) -> None:
+        def check() -> bool:
+            fs, path = fsspec.core.url_to_fs(url)
+            try:
+                now = file_version(fs.info(path))
+            except FileNotFoundError:
+                raise DatasetNotFound(f"{url!r} disappeared while the job was running") from None
+            if now != version:
+                raise UnreadableShard(
+                    f"{url!r} was rewritten after the job indexed it (version {version!r}, now {now!r}): "
+                    "open the job again to read the new data")
+            return True
+
+        self.memo(("version", url, version), check)
 
 
 __all__ = ["CountingFile", "StorageReader"]

@@ -1,0 +1,188 @@
+"""Token streams: flat binary files of one integer dtype, read as windows of ``seq_len + 1`` tokens.
+
+As nanoGPT and Megatron write them: ``.bin`` files of raw little-endian
+integers (``dtype="uint16"`` or ``"uint32"``), or ``.npy`` files, whose header
+gives the dtype. The files are concatenated in sorted path order; sample i is
+the window ``tokens[i*L : i*L + L + 1]`` of that stream, so a window may run
+from one file into the next, and N = (total_tokens - 1) // L. A sample is
+``input_ids = window[:-1]`` and ``labels = window[1:]``, both int64 [L].
+
+Nothing is read at open but each file's size (and a ``.npy`` header). A
+sample belongs to the file its window starts in; a unit is a run of about
+256K tokens of windows, read as one byte range per file it spans.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import fsspec
+import numpy as np
+import pyarrow as pa
+from numpy.lib import format as npy_format
+
+from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec, UnreadableShard
+from shardstream.service.dataset import (
+    DatasetIndex,
+    Shard,
+    check_columns,
+    file_version,
+    in_parallel,
+    resolve_urls,
+)
+from shardstream.service.formats.base import Allow, UnitStorage, take_args
+
+log = logging.getLogger(__name__)
+
+SUFFIXES = (".bin", ".npy")
+UNIT_TOKENS = 2**18  # tokens of windows per unit: ~0.5-1 MiB read per unit, 4 MiB as int64 columns
+OPTIONS = {"seq_len": None, "dtype": None}
+
+
+@dataclass(frozen=True)
+class TokenFile:
+    url: str
+    version: str
+    size: int
+    start: int  # its first token's place in the concatenated stream
+    tokens: int
+    header: int  # bytes before the first token (a .npy header; 0 for .bin)
+    dtype: str  # numpy dtype string, byte order included ("<u2")
+
+
+@dataclass(frozen=True)
+class TokenLayout:
+    """What reading a token shard's units needs: its files (this one, then those its last
+    windows run into), the window length and the shard's first sample."""
+
+    files: tuple[TokenFile, ...]
+    seq_len: int
+    first_sample: int
+    unit_samples: int
+
+    def sample_name(self, row: int) -> str:
+        start = (self.first_sample + row) * self.seq_len
+        return f"window {self.first_sample + row} (tokens {start}..{start + self.seq_len}) starting in {self.files[0].url}"
+
+
+def _parse_args(args: dict[str, Any]) -> tuple[int, np.dtype | None]:
+    args = take_args("tokens", args, OPTIONS)
+    seq_len = args["seq_len"]
+    if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len <= 0:
+        raise InvalidJobSpec(f"format 'tokens' needs seq_len=L, a positive int (tokens per sample), got {seq_len!r}")
+    dtype = None
+    if args["dtype"] is not None:
+        try:
+            dtype = np.dtype(args["dtype"])
+        except TypeError:
+            raise InvalidJobSpec(f"dtype {args['dtype']!r} is not a numpy dtype; token files are "
+                                 "'uint16' or 'uint32' (any integer dtype)") from None
+        if dtype.kind not in "iu":
+            raise InvalidJobSpec(f"token dtype must be an integer dtype ('uint16', 'uint32'), got {dtype}")
+    return seq_len, dtype
+
+
+def _stat(url: str, dtype: np.dtype | None) -> TokenFile:
+    """A file's size, version and token count (and for .npy, its header)."""
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        info = fs.info(path)
+        size, version = int(info["size"]), file_version(info)
+        header, found = 0, dtype
+        if url.lower().endswith(".npy"):
+            with fs.open(path, "rb", block_size=4096) as f:
+                major, _minor = npy_format.read_magic(f)
+                read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
+                shape, fortran, found = read_header(f)
+                header = f.tell()
+            if found.kind not in "iu" or (len(shape) > 1 and fortran):
+                raise UnreadableShard(f"token file {url!r} holds {found} in shape {shape}: tokens are a flat "
+                                      "array of one integer dtype")
+            if dtype is not None and found != dtype:
+                raise UnreadableShard(f"token file {url!r} holds {found}, but dtype={str(dtype)!r} was asked for")
+    except FileNotFoundError:
+        raise DatasetNotFound(f"token file {url!r} does not exist") from None
+    except (OSError, ValueError) as exc:
+        raise UnreadableShard(f"token file {url!r} cannot be read: {exc}") from None
+    if found is None:
+        raise InvalidJobSpec(f"{url!r} is a raw token file: give its dtype (dtype='uint16' or 'uint32')")
+    payload = size - header
+    if payload % found.itemsize:
+        raise UnreadableShard(f"token file {url!r} has {payload} bytes of tokens, not a multiple of {found}'s "
+                              f"{found.itemsize}: it is truncated, or its dtype is not {found}")
+    return TokenFile(url, version, size, 0, payload // found.itemsize, header, found.str)
+
+
+class TokenFormat:
+    name = "tokens"
+
+    def index(self, dataset: tuple[str, ...], args: dict[str, Any], columns: tuple[str, ...],
+              allow: Allow) -> DatasetIndex:
+        seq_len, dtype = _parse_args(args)
+        urls = resolve_urls(dataset, allow, SUFFIXES, "token")
+        log.info("indexing %d token file(s) of %s", len(urls), list(dataset))
+        files = in_parallel(lambda url: _stat(url, dtype), urls, "files")
+        dtypes = {np.dtype(f.dtype) for f in files}
+        if len(dtypes) > 1:
+            kinds = ", ".join(f"{f.url}: {np.dtype(f.dtype)}" for f in files)
+            raise UnreadableShard(f"token files hold different dtypes ({kinds}); a stream has one")
+        starts = np.cumsum([0] + [f.tokens for f in files])
+        files = [TokenFile(f.url, f.version, f.size, int(s), f.tokens, f.header, f.dtype)
+                 for f, s in zip(files, starts, strict=False)]
+        total = int(starts[-1])
+        num_samples = (total - 1) // seq_len
+        if num_samples <= 0:
+            raise DatasetNotFound(f"dataset {list(dataset)} holds {total} tokens, fewer than one window of "
+                                  f"seq_len + 1 = {seq_len + 1}")
+        unit = max(1, UNIT_TOKENS // seq_len)
+        shards = tuple(_shard(files, i, seq_len, num_samples, unit) for i in range(len(files)))
+        window = pa.list_(pa.int64(), seq_len)
+        schema = check_columns(pa.schema([("input_ids", window), ("labels", window)]), columns,
+                               f"token dataset {list(dataset)}")
+        return DatasetIndex(shards=shards, schema=schema, format=self.name)
+
+    def read_unit(self, shard: Shard, unit: int, columns: tuple[str, ...] | None,
+                  storage: UnitStorage) -> pa.Table:
+        layout: TokenLayout = shard.layout
+        count, length = shard.row_group_rows[unit], layout.seq_len
+        first = layout.first_sample + unit * layout.unit_samples
+        begin, end = first * length, (first + count) * length + 1  # tokens of the stream
+        parts = []
+        for f in layout.files:
+            a, b = max(begin, f.start), min(end, f.start + f.tokens)
+            if a >= b:
+                continue
+            itemsize = np.dtype(f.dtype).itemsize
+            data = storage.read_range(f.url, f.version, f.header + (a - f.start) * itemsize,
+                                      f.header + (b - f.start) * itemsize)
+            parts.append(np.frombuffer(data, dtype=f.dtype))
+        stream = np.concatenate(parts).astype(np.int64)
+        if len(stream) != end - begin:
+            raise UnreadableShard(f"{shard.url!r}: unit {unit} needs tokens {begin}..{end} but the files hold "
+                                  f"{len(stream)} of them")
+        windows = {"input_ids": stream[:-1], "labels": stream[1:]}
+        names = columns if columns is not None else tuple(windows)
+        return pa.table({name: pa.FixedSizeListArray.from_arrays(pa.array(windows[name]), length)
+                         for name in names})
+
+
+def _shard(files: list[TokenFile], i: int, seq_len: int, num_samples: int, unit: int) -> Shard:
+    """File i's shard: the windows that start in it, and the files their tokens lie in."""
+    f = files[i]
+    first = -(-f.start // seq_len)  # the first window starting at or after the file's first token
+    stop = min(num_samples, -(-(f.start + f.tokens) // seq_len))
+    count = max(0, stop - first)
+    last_token = (first + count) * seq_len + 1 if count else f.start
+    spanned = [f] + [g for g in files[i + 1:] if g.start < last_token and g.tokens]
+    units = tuple(min(unit, count - s) for s in range(0, count, unit))
+    reading = f"tokens dtype={np.dtype(f.dtype).str} seq_len={seq_len} unit={unit}"
+    if len(spanned) > 1:  # later files' tokens are part of this shard's samples: their versions too
+        reading += "".join(f" +{g.url}@{g.size}:{g.version}" for g in spanned[1:])
+    return Shard(url=f.url, size=f.size, num_rows=count, row_group_rows=units, version=f.version,
+                 format="tokens", reading=reading,
+                 layout=TokenLayout(tuple(spanned), seq_len, first, unit))
+
+
+__all__ = ["SUFFIXES", "TokenFormat", "TokenLayout"]
