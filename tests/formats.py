@@ -7,14 +7,16 @@ a broken variant whose error must name the file and the cause.
 
 from __future__ import annotations
 
+import io
 import os
-from collections.abc import Callable
+import tarfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from tests.datasets import write_indexed
+from tests.datasets import encode_image, write_indexed
 
 
 @dataclass(frozen=True)
@@ -80,4 +82,47 @@ def _break_tokens(directory: str) -> str:
 TOKENS = FormatCase("tokens", _write_tokens, _token_key, _break_tokens, "UnreadableShard",
                     {"format": "tokens", "seq_len": SEQ_LEN, "dtype": "uint16"})
 
-CASES = [PARQUET, TOKENS]
+# -- webdataset -----------------------------------------------------------------------------------
+
+def write_tars(directory: str, shard_samples: Sequence[int], image_size: int = 12) -> list[str]:
+    """Tar shards of samples `<index>.jpg` (an image), `.cls` (the global index) and `.txt` (a
+    caption), as WebDataset's TarWriter lays them out."""
+    os.makedirs(directory, exist_ok=True)
+    paths, start = [], 0
+    for i, count in enumerate(shard_samples):
+        path = os.path.join(directory, f"shard-{i:04d}.tar")
+        with tarfile.open(path, "w") as tar:
+            for index in range(start, start + count):
+                fields = {"jpg": encode_image(image_size, image_size, index), "cls": str(index).encode(),
+                          "txt": f"a picture numbered {index}".encode()}
+                for field, data in fields.items():
+                    member = tarfile.TarInfo(f"train/{index:06d}.{field}")
+                    member.size = len(data)
+                    tar.addfile(member, io.BytesIO(data))
+        paths.append(path)
+        start += count
+    return paths
+
+
+def _write_webdataset(directory: str) -> int:
+    write_tars(directory, [7, 11, 5])
+    return 23
+
+
+def _webdataset_key(batch: dict[str, Any]) -> list[int]:
+    assert tuple(batch["jpg"].shape[1:]) == (3, 8, 8)
+    return batch["cls"].tolist()
+
+
+def _break_webdataset(directory: str) -> str:
+    path = write_tars(directory, [6])[0]
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 11000)  # past the end blocks, into the last sample
+    return r"shard-0000\.tar.*truncated"
+
+
+WEBDATASET = FormatCase("webdataset", _write_webdataset, _webdataset_key, _break_webdataset, "UnreadableShard",
+                        {"format": "webdataset", "transform": "image", "columns": ["jpg", "cls"],
+                         "transform_args": {"column": "jpg", "size": 8, "mode": "center_crop"}})
+
+CASES = [PARQUET, TOKENS, WEBDATASET]

@@ -1,8 +1,9 @@
 """Dataset formats by name: one module each, the same contract for all (base.py).
 
 ``format=""`` (the default) picks one from the dataset's names: ``.tar``
-shards are WebDataset, ``.bin``/``.npy`` files need ``format="tokens"`` (their
-dtype and window are not in the name), anything else is Parquet.
+shards (or directories of them) are WebDataset, anything else is Parquet.
+Token files, image folders and manifests are named (``format="tokens"``...):
+their names do not say how to read them.
 """
 
 from __future__ import annotations
@@ -12,14 +13,17 @@ import logging
 from typing import Any
 
 from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
-from shardstream.service.dataset import DatasetIndex
+from shardstream.service.dataset import DatasetIndex, filesystem, is_listed
 from shardstream.service.formats.base import Allow, DatasetFormat
+from shardstream.service.formats.parquet import SUFFIXES as PARQUET_SUFFIXES
 from shardstream.service.formats.parquet import ParquetFormat
 from shardstream.service.formats.tokens import TokenFormat
+from shardstream.service.formats.webdataset import SUFFIXES as TAR_SUFFIXES
+from shardstream.service.formats.webdataset import WebDatasetFormat
 
 log = logging.getLogger(__name__)
 
-FORMATS: dict[str, DatasetFormat] = {f.name: f for f in (ParquetFormat(), TokenFormat())}
+FORMATS: dict[str, DatasetFormat] = {f.name: f for f in (ParquetFormat(), TokenFormat(), WebDatasetFormat())}
 
 
 def get_format(name: str) -> DatasetFormat:
@@ -29,12 +33,29 @@ def get_format(name: str) -> DatasetFormat:
     return found
 
 
-def detect_format(dataset: tuple[str, ...]) -> str:
-    """The format a dataset's names imply, for ``format=""``."""
-    names = [entry.rstrip("/").lower() for entry in dataset]
-    if names and all(name.endswith(".tar") for name in names) and "webdataset" in FORMATS:
+def detect_format(dataset: tuple[str, ...], allow: Allow) -> str:
+    """The format a dataset's names imply, for ``format=""``: WebDataset when its entries are
+    ``.tar`` files (or directories holding tar files and no Parquet), else Parquet."""
+    kinds = {_kind(entry, allow) for entry in dataset}
+    return "webdataset" if kinds == {"webdataset"} else "parquet"
+
+
+def _kind(entry: str, allow: Allow) -> str:
+    name = entry.rstrip("/").lower()
+    if name.endswith(".tar"):
         return "webdataset"
-    return "parquet"
+    if name.endswith(PARQUET_SUFFIXES) or set("*?[") & set(name):
+        return "parquet"
+    allow(entry)  # checked before anything is listed
+    fs, path = filesystem(entry)
+    try:
+        if not fs.isdir(path):
+            return "parquet"
+        files = [p for p in fs.find(path) if is_listed(p, PARQUET_SUFFIXES + TAR_SUFFIXES)]
+    except FileNotFoundError:
+        return "parquet"  # the Parquet format says it does not exist
+    tars = any(p.lower().endswith(TAR_SUFFIXES) for p in files)
+    return "webdataset" if tars and not any(p.lower().endswith(PARQUET_SUFFIXES) for p in files) else "parquet"
 
 
 def _allow_any(url: str) -> None:
@@ -45,7 +66,7 @@ def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), allow
                   format: str = "", format_args: dict[str, Any] | str | None = None) -> DatasetIndex:
     """The dataset's index, built by its format (named, or detected from the dataset's names)."""
     args = json.loads(format_args) if isinstance(format_args, str) else dict(format_args or {})
-    name = format or detect_format(dataset)
+    name = format or detect_format(dataset, allow)
     index = get_format(name).index(dataset, args, columns, allow)
     if index.num_rows == 0:
         raise DatasetNotFound(f"dataset {list(dataset)} has no rows ({len(index.shards)} empty shard(s))")
