@@ -125,4 +125,94 @@ WEBDATASET = FormatCase("webdataset", _write_webdataset, _webdataset_key, _break
                         {"format": "webdataset", "transform": "image", "columns": ["jpg", "cls"],
                          "transform_args": {"column": "jpg", "size": 8, "mode": "center_crop"}})
 
-CASES = [PARQUET, TOKENS, WEBDATASET]
+# -- imagefolder ----------------------------------------------------------------------------------
+
+def solid_png(value: int, size: int = 6) -> bytes:
+    """A lossless image every pixel of which is `value`: it survives decode, crop and resize."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (size, size), (value, value, value)).save(buf, format="PNG")
+    return buf.getvalue()
+
+
+# torchvision's order: classes sorted, then each class's directories as sorted(os.walk) visits them
+# (a directory's own files before its sub-directories'), files sorted by name within one.
+FOLDER_ORDER = ["ant/1.png", "ant/2.jpeg", "bee/b.png", "bee/a/x.png", "bee/a/y.png", "cow/q.PNG",
+                *[f"dog/{i:02d}.png" for i in range(12)]]
+PIXEL_STEP = 9  # sample i's pixels are i * PIXEL_STEP
+
+
+def _write_imagefolder(directory: str) -> int:
+    for i, relative in enumerate(FOLDER_ORDER):
+        path = os.path.join(directory, relative)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            f.write(solid_png(i * PIXEL_STEP))
+    with open(os.path.join(directory, "bee", "notes.txt"), "w") as f:  # not an image: left out
+        f.write("x")
+    with open(os.path.join(directory, "stray.png"), "wb") as f:  # in no class: left out
+        f.write(solid_png(255))
+    return len(FOLDER_ORDER)
+
+
+def _pixel_key(batch: dict[str, Any], image: str) -> list[int]:
+    pixels = batch[image]
+    assert tuple(pixels.shape[1:]) == (3, 4, 4)
+    return (pixels[:, 0, 0, 0] // PIXEL_STEP).tolist()
+
+
+def _folder_key(batch: dict[str, Any]) -> list[int]:
+    keys = _pixel_key(batch, "image")
+    classes = sorted({path.split("/")[0] for path in FOLDER_ORDER})
+    assert batch["label"].tolist() == [classes.index(FOLDER_ORDER[k].split("/")[0]) for k in keys]
+    return keys
+
+
+def _break_imagefolder(directory: str) -> str:
+    _write_imagefolder(directory)
+    os.makedirs(os.path.join(directory, "elk"))
+    with open(os.path.join(directory, "elk", "readme.md"), "w") as f:
+        f.write("no images here")
+    return r"class\(es\) \['elk'\] hold no image files"
+
+
+IMAGE = {"transform": "image", "transform_args": {"size": 4, "mode": "center_crop", "flip": False}}
+IMAGEFOLDER = FormatCase("imagefolder", _write_imagefolder, _folder_key, _break_imagefolder, "DatasetNotFound",
+                         {"format": "imagefolder", **IMAGE})
+
+# -- manifest -------------------------------------------------------------------------------------
+
+MANIFEST_FILES = 21
+
+
+def _write_manifest(directory: str, missing: int | None = None) -> int:
+    os.makedirs(os.path.join(directory, "files"), exist_ok=True)
+    lines = ["url,idx,caption"]
+    for i in range(MANIFEST_FILES):
+        name = f"files/{i:03d}.png"
+        if i != missing:
+            with open(os.path.join(directory, name), "wb") as f:
+                f.write(solid_png(i * PIXEL_STEP))
+        lines.append(f"{name},{i},picture {i}")
+    with open(os.path.join(directory, "manifest.csv"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return MANIFEST_FILES
+
+
+def _manifest_key(batch: dict[str, Any]) -> list[int]:
+    keys = _pixel_key(batch, "image")
+    assert batch["idx"].tolist() == keys
+    return keys
+
+
+def _break_manifest(directory: str) -> str:
+    _write_manifest(directory, missing=4)
+    return r"sample 4 \(file .*files/004\.png\) cannot be read: .*004\.png does not exist"
+
+
+MANIFEST = FormatCase("manifest", _write_manifest, _manifest_key, _break_manifest, "CorruptSample",
+                      {"format": "manifest", "columns": ["image", "idx"],
+                       "transform": "image", "transform_args": {**IMAGE["transform_args"], "column": "image"}})
+
+CASES = [PARQUET, TOKENS, WEBDATASET, IMAGEFOLDER, MANIFEST]

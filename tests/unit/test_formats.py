@@ -161,3 +161,67 @@ def test_format_detection_and_the_registrys_errors(tmp_path: Path) -> None:
         index_dataset((str(tmp_path),), format="csv")
     with pytest.raises(InvalidJobSpec, match="format 'webdataset' takes no option"):
         index_dataset((str(tmp_path / "tars"),), format="webdataset", format_args={"seq_len": 3})
+
+
+# -- image folders and manifests ------------------------------------------------------------------
+
+def test_image_folder_lists_in_torchvisions_order_with_labels(tmp_path: Path) -> None:
+    from tests.formats import FOLDER_ORDER, _write_imagefolder
+
+    _write_imagefolder(str(tmp_path))
+    index = index_dataset((str(tmp_path),), format="imagefolder")
+    urls = [url for shard in index.shards for url in shard.layout.urls]
+    assert urls == [f"file://{tmp_path}/{relative}" for relative in FOLDER_ORDER]
+    table = read_all(index)
+    classes = ["ant", "bee", "cow", "dog"]
+    assert table.column("label").to_pylist() == [classes.index(r.split("/")[0]) for r in FOLDER_ORDER]
+    assert table.column("image")[0].as_py() == (tmp_path / "ant" / "1.png").read_bytes()
+    assert read_all(index, ("label",)).column_names == ["label"]  # no bytes fetched for labels alone
+
+
+def _manifest(path: Path, text: str) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return str(path)
+
+
+def test_a_manifest_resolves_relative_urls_and_marks_missing_files_unreadable(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.bin").write_bytes(b"AAA")
+    (tmp_path / "elsewhere.bin").write_bytes(b"E")
+    manifest = _manifest(tmp_path / "data" / "m.csv",
+                         f"path,label\na.bin,1\nnope.bin,2\n{tmp_path}/elsewhere.bin,3\n")
+    index = index_dataset((manifest,), format="manifest", format_args={"url_column": "path"})
+    assert index.schema.names == ["path", "label", "bytes"]
+    table = read_all(index)
+    assert table.column("bytes").to_pylist() == [b"AAA", None, b"E"]
+    assert table.column("__unreadable__").to_pylist() == [None, f"file://{tmp_path}/data/nope.bin does not exist", None]
+    assert index.describe(1) == f"file file://{tmp_path}/data/nope.bin"
+
+
+@pytest.mark.parametrize(("text", "args", "message"), [
+    ("file,label\nx,1\n", {}, r"no URL column 'url'.*\['file', 'label'\]"),
+    ("url,label\n,1\n", {}, "must hold a URL in every row"),
+    ("url,bytes\nx,1\n", {}, "already has a column 'bytes'"),
+    ("url\nx\n", {"seq_len": 2}, r"no option\(s\) \['seq_len'\]"),
+])
+def test_bad_manifests_are_refused_by_name(tmp_path: Path, text: str, args: dict[str, object], message: str) -> None:
+    with pytest.raises(InvalidJobSpec, match=message):
+        index_dataset((_manifest(tmp_path / "m.csv", text),), format="manifest", format_args=args)
+
+
+def test_every_file_a_manifest_or_folder_names_passes_the_access_check(tmp_path: Path) -> None:
+    from shardstream.proto.errors import DatasetNotAllowed
+    from shardstream.service.control.access import DatasetAccess
+
+    allowed = tmp_path / "team"
+    manifest = _manifest(allowed / "m.csv", f"url\nok.bin\n{tmp_path}/private/secret.bin\n")
+    access = DatasetAccess((str(allowed),))
+    with pytest.raises(DatasetNotAllowed, match="secret.bin"):
+        index_dataset((manifest,), format="manifest", allow=access.check)
+    (allowed / "folder" / "cls").mkdir(parents=True)
+    (tmp_path / "private").mkdir()
+    (tmp_path / "private" / "x.png").write_bytes(b"x")
+    (allowed / "folder" / "cls" / "x.png").symlink_to(tmp_path / "private" / "x.png")
+    with pytest.raises(DatasetNotAllowed, match="x.png"):
+        index_dataset((str(allowed / "folder"),), format="imagefolder", allow=access.check)

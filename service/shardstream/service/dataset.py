@@ -30,6 +30,9 @@ from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
 log = logging.getLogger(__name__)
 
 _GLOB_CHARS = set("*?[")
+# A column a format adds when it could not read a sample (a file a manifest names that does not
+# exist): why, or null. The decoder fails (or under on_corrupt="skip" replaces) that sample alone.
+UNREADABLE_COLUMN = "__unreadable__"
 
 
 @dataclass(frozen=True)
@@ -205,5 +208,5 @@ def brief(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
-__all__ = ["DatasetIndex", "Shard", "brief", "canonical_url", "check_columns", "file_version", "in_parallel",
+__all__ = ["UNREADABLE_COLUMN", "DatasetIndex", "Shard", "brief", "canonical_url", "check_columns", "file_version", "in_parallel",
            "is_listed", "resolve_urls"]

@@ -15,6 +15,8 @@ from typing import Any
 from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
 from shardstream.service.dataset import DatasetIndex, filesystem, is_listed
 from shardstream.service.formats.base import Allow, DatasetFormat
+from shardstream.service.formats.imagefolder import ImageFolderFormat
+from shardstream.service.formats.manifest import ManifestFormat
 from shardstream.service.formats.parquet import SUFFIXES as PARQUET_SUFFIXES
 from shardstream.service.formats.parquet import ParquetFormat
 from shardstream.service.formats.tokens import TokenFormat
@@ -23,7 +25,8 @@ from shardstream.service.formats.webdataset import WebDatasetFormat
 
 log = logging.getLogger(__name__)
 
-FORMATS: dict[str, DatasetFormat] = {f.name: f for f in (ParquetFormat(), TokenFormat(), WebDatasetFormat())}
+FORMATS: dict[str, DatasetFormat] = {f.name: f for f in (ParquetFormat(), TokenFormat(), WebDatasetFormat(),
+                                                     ImageFolderFormat(), ManifestFormat())}
 
 
 def get_format(name: str) -> DatasetFormat:

@@ -26,7 +26,7 @@ import pyarrow as pa
 from shardstream.proto.errors import CorruptSample
 from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader
 from shardstream.proto.writable_bytes import writable_bytes
-from shardstream.service.dataset import DatasetIndex
+from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex
 from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import ShardReader
@@ -38,6 +38,10 @@ from shardstream.service.transforms.columns import column_specs, gather_arrays
 log = logging.getLogger(__name__)
 
 MAX_REPLACEMENT_TRIES = 64
+
+
+class UnreadableSample(Exception):
+    """A sample its format could not read; the message says why (it is named where it is caught)."""
 
 
 @dataclass(frozen=True)
@@ -101,6 +105,9 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 samples.append(_augment(transform, sample, job.seed, epoch, index))
             except Exception as exc:
                 if job.on_corrupt != "skip":
+                    if isinstance(exc, UnreadableSample):
+                        raise CorruptSample(f"sample {index} ({job.index.describe(index)}) cannot be read: "
+                                            f"{exc}") from None
                     raise CorruptSample(
                         f"sample {index} ({job.index.describe(index)}) failed in transform "
                         f"{job.transform!r}: {type(exc).__name__}: {exc}"
@@ -153,6 +160,9 @@ def _keep(prepared_samples: JobSamples | None, index: int, sample: dict[str, Any
 
 
 def _prepare(transform: SampleTransform, row: dict[str, Any]) -> dict[str, Any]:
+    unreadable = row.pop(UNREADABLE_COLUMN, None)
+    if unreadable is not None:  # the format could not read this sample (a file that does not exist)
+        raise UnreadableSample(unreadable)
     prepare = getattr(transform, "prepare", None)
     return prepare(row) if prepare else row
 
