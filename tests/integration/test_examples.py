@@ -1,0 +1,25 @@
+"""The examples under examples/formats/ run against a real service and show what they promise."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+EXAMPLES = {
+    "tokens": ["input_ids torch.int64 [4, 8]", "labels torch.int64 [4, 8]", "124 samples"],
+    "webdataset": ["jpg torch.uint8 [4, 3, 32, 32]", "cls torch.int64 [4]", "20 samples"],
+    "imagefolder": ["image torch.uint8 [4, 3, 32, 32]", "label torch.int64 [4]", "15 samples"],
+    "manifest": ["image torch.uint8 [4, 3, 32, 32]", "label torch.int64 [4]", "12 samples"],
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_format_example_runs(service_address: str, name: str) -> None:
+    done = subprocess.run([sys.executable, f"examples/formats/{name}.py", "--address", service_address],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for expected in EXAMPLES[name]:
+        assert expected in done.stdout, done.stdout
+    assert "epoch 1, first batch" in done.stdout
