@@ -111,6 +111,7 @@ def _write_webdataset(directory: str) -> int:
 
 def _webdataset_key(batch: dict[str, Any]) -> list[int]:
     assert tuple(batch["jpg"].shape[1:]) == (3, 8, 8)
+    assert batch["txt"] == [f"a picture numbered {i}" for i in batch["cls"].tolist()]  # text as list[str]
     return batch["cls"].tolist()
 
 
@@ -122,7 +123,7 @@ def _break_webdataset(directory: str) -> str:
 
 
 WEBDATASET = FormatCase("webdataset", _write_webdataset, _webdataset_key, _break_webdataset, "UnreadableShard",
-                        {"format": "webdataset", "transform": "image", "columns": ["jpg", "cls"],
+                        {"format": "webdataset", "transform": "image", "columns": ["jpg", "cls", "txt"],
                          "transform_args": {"column": "jpg", "size": 8, "mode": "center_crop"}})
 
 # -- imagefolder ----------------------------------------------------------------------------------

@@ -39,3 +39,31 @@ class Slow:
 
 def slow(**kwargs: Any) -> Slow:
     return Slow(**kwargs)
+
+
+class Tokenize:
+    """A stand-in tokenizer: each row's `idx` becomes 1 + idx % 5 token ids (variable length), a
+    caption string, and a bfloat16 score."""
+
+    def prepare(self, row: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        n = 1 + int(row["idx"]) % 5
+        return {"ids": list(range(int(row["idx"]), int(row["idx"]) + n)), "caption": f"sample {row['idx']}",
+                "score": torch.tensor([row["idx"] / 4], dtype=torch.bfloat16)}
+
+
+def tokenize(**kwargs: Any) -> Tokenize:
+    return Tokenize(**kwargs)
+
+
+def sum_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """A user collate: the batch's idx summed, and its captions."""
+    import numpy as np
+
+    return {"idx_sum": np.array([sum(int(s["idx"]) for s in samples)]),
+            "names": [f"#{s['idx']}" for s in samples]}
+
+
+def bad_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"rows": [{"idx": s["idx"]} for s in samples]}

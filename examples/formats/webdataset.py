@@ -35,4 +35,4 @@ def write_sample(directory: str) -> str:
 
 if __name__ == "__main__":
     run(__doc__.splitlines()[0], write_sample, transform="image",
-        transform_args={"column": "jpg", "size": 32}, columns=["jpg", "cls"])
+        transform_args={"column": "jpg", "size": 32}, columns=["jpg", "cls", "txt"])

@@ -9,7 +9,7 @@ import pytest
 
 EXAMPLES = {
     "tokens": ["input_ids torch.int64 [4, 8]", "labels torch.int64 [4, 8]", "124 samples"],
-    "webdataset": ["jpg torch.uint8 [4, 3, 32, 32]", "cls torch.int64 [4]", "20 samples"],
+    "webdataset": ["jpg torch.uint8 [4, 3, 32, 32]", "cls torch.int64 [4]", "txt list of 4 str", "20 samples"],
     "imagefolder": ["image torch.uint8 [4, 3, 32, 32]", "label torch.int64 [4]", "15 samples"],
     "manifest": ["image torch.uint8 [4, 3, 32, 32]", "label torch.int64 [4]", "12 samples"],
 }

@@ -12,7 +12,7 @@ import torch
 
 from shardstream.client.loader import RemoteLoader
 from shardstream.client.tensors import TORCH_DTYPES, batch_to_tensors, pin_available
-from shardstream.proto.wire import WIRE_DTYPES, BatchView, encode_batch, parse_batch
+from shardstream.proto.wire import BFLOAT16, WIRE_DTYPES, BatchView, encode_batch, parse_batch
 
 
 def _batch(**arrays: np.ndarray) -> BatchView:
@@ -20,7 +20,7 @@ def _batch(**arrays: np.ndarray) -> BatchView:
 
 
 def test_every_wire_dtype_has_a_torch_dtype() -> None:
-    assert set(TORCH_DTYPES) == set(WIRE_DTYPES)
+    assert set(TORCH_DTYPES) == {*WIRE_DTYPES, BFLOAT16}  # strings become list[str]
 
 
 @pytest.mark.parametrize("dtype", WIRE_DTYPES)

@@ -107,13 +107,23 @@ def test_check_schema_accepts_numeric_columns() -> None:
                             ("d", pa.list_(pa.float32(), 3))]))
 
 
-@pytest.mark.parametrize("kind", [pa.string(), pa.binary(), pa.list_(pa.int64()),
+@pytest.mark.parametrize("kind", [pa.binary(), pa.list_(pa.int64()),
                                   pa.list_(pa.string(), 2), pa.timestamp("s"), pa.decimal128(5, 2),
                                   pa.struct([("x", pa.int8())]), pa.list_(pa.list_(pa.int8(), 2), 2)])
 def test_check_schema_names_the_non_numeric_column(kind: pa.DataType) -> None:
     schema = pa.schema([("ok", pa.int64()), ("bad_col", kind)])
     with pytest.raises(InvalidJobSpec, match="'bad_col'"):
         check_schema(schema)
+
+
+def test_strings_always_and_variable_lists_with_pad_collate() -> None:
+    check_schema(pa.schema([("caption", pa.string()), ("path", pa.large_string()), ("h", pa.float16())]))
+    lists = pa.schema([("ids", pa.list_(pa.int32())), ("boxes", pa.large_list(pa.list_(pa.float32(), 4)))])
+    check_schema(lists, pads=True)
+    with pytest.raises(InvalidJobSpec, match="collate='pad' pads them"):
+        check_schema(lists)
+    with pytest.raises(InvalidJobSpec, match="'words'"):
+        check_schema(pa.schema([("words", pa.list_(pa.string()))]), pads=True)
 
 
 @pytest.mark.parametrize("rows", [[0, 1, 2, 3], [0, 2, 1, 3], [3, 2, 1, 0], [1, 1, 2, 2]], ids=str)

@@ -40,7 +40,6 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 import grpc
-import torch
 
 from shardstream.client import bulk_socket
 from shardstream.client.bulk_socket import BulkSocket
@@ -50,6 +49,7 @@ from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shared_slots import SlotPool, is_local_address, shared_memory_available
 from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.client.stats import LoaderStats
+from shardstream.client.tensors import Batch, batch_nbytes
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.errors import (
     DeadlineExceeded,
@@ -76,7 +76,7 @@ class BatchHeader:
     replaced_samples: int
 
 
-Converted = tuple[BatchHeader, dict[str, torch.Tensor]]
+Converted = tuple[BatchHeader, Batch]
 
 T = TypeVar("T")
 
@@ -206,7 +206,7 @@ def _same_batch(announced: BatchView, batch: BatchView, where: str) -> BatchView
 
 class DirectPrefetcher:
     def __init__(self, addresses: list[str], target: FetchTarget, window_batches: int, window_bytes: int,
-                 convert: Callable[[BatchView], dict[str, torch.Tensor]], timeout_s: float, describe: str,
+                 convert: Callable[[BatchView], Batch], timeout_s: float, describe: str,
                  channels: DecoderChannels, stats: LoaderStats | None = None,
                  list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True,
                  bulk: bool = True) -> None:
@@ -281,7 +281,7 @@ class DirectPrefetcher:
                 shared, bulk = announced.shared is not None, announced.bulk_size > 0
                 del announced
                 converted = (BatchHeader(view.epoch, view.step, view.replaced_samples), self._convert(view))
-                nbytes = sum(t.numel() * t.element_size() for t in converted[1].values())
+                nbytes = batch_nbytes(converted[1])
                 del view  # the tensors keep what they need of the message
                 with self._cond:
                     if self._scheduler.received(sender.address, converted[0].step, nbytes):

@@ -4,7 +4,7 @@
                           shuffle=True, seed=0, drop_last=True)
     for epoch in range(epochs):
         loader.set_epoch(epoch)
-        for batch in loader:          # dict[str, torch.Tensor]
+        for batch in loader:          # Batch
             ...
 
 Rank k of epoch e receives exactly the batches DataLoader(ds, batch_size=B,
@@ -23,8 +23,6 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-import torch
-
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
@@ -32,7 +30,7 @@ from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
 from shardstream.client.profiling import NamedWaits
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
-from shardstream.client.tensors import batch_to_tensors, pin_available
+from shardstream.client.tensors import Batch, batch_to_tensors, pin_available
 from shardstream.client.tls import TLS
 from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.errors import (
@@ -64,7 +62,7 @@ def _format_args(given: Mapping[str, Any] | None, **named: Any) -> dict[str, Any
 
 
 class RemoteLoader:
-    """An iterable of batches (dict[str, torch.Tensor]) streamed from a shardstream service.
+    """An iterable of batches (Batch) streamed from a shardstream service.
 
     Args:
         address: ``host:port`` of the service.
@@ -98,6 +96,12 @@ class RemoteLoader:
             ``"tokens"``, ``"webdataset"``, ``"imagefolder"``, ``"manifest"``.
         format_args: the format's options; ``seq_len``, ``dtype`` (tokens) and ``url_column``
             (manifest) may be given as keyword arguments instead.
+        collate: how samples become a batch: None stacks them (numbers and same-shape arrays to
+            ``[B, ...]`` tensors, strings to ``list[str]``); ``"pad"`` also pads variable-length
+            values (list columns, lists or 1-D arrays from a transform) to the batch's longest with
+            ``pad_value`` and adds ``<key>_lengths`` (int64 [B]); ``"package.module:function"``
+            is a user collate on the service (allowed like transforms).
+        pad_value: what ``collate="pad"`` fills with.
         tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
             SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
         shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
@@ -138,6 +142,8 @@ class RemoteLoader:
         seq_len: int | None = None,
         dtype: str | None = None,
         url_column: str | None = None,
+        collate: str | None = None,
+        pad_value: float = 0,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -165,6 +171,7 @@ class RemoteLoader:
             columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
             format=format or "", format_args_json=json.dumps(_format_args(format_args, seq_len=seq_len,
                                                                           dtype=dtype, url_column=url_column)),
+            collate=collate or "", pad_value=pad_value,
         )
         self.job_name = (job_name if job_name is not None
                          else default_job_name(next(_LOADERS_CREATED), self.world_size))
@@ -209,7 +216,7 @@ class RemoteLoader:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
         self._next_epoch = epoch
 
-    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+    def __iter__(self) -> Iterator[Batch]:
         start_step = 0
         if self._next_epoch is not None:
             epoch = self._next_epoch
@@ -227,7 +234,7 @@ class RemoteLoader:
         self._steps_done = start_step
         return NamedWaits(self._iterate(epoch, start_step))  # waits show as "shardstream.next" in traces
 
-    def _iterate(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _iterate(self, epoch: int, start_step: int) -> Iterator[Batch]:
         """Batches start_step.. of `epoch`. An iteration that fails before its first batch does not
         count as starting the epoch: iterating again (without set_epoch) retries the same one."""
         try:
@@ -238,7 +245,7 @@ class RemoteLoader:
                 self._resume = (epoch, start_step) if start_step else None
             raise
 
-    def _batches(self, epoch: int, start_step: int) -> Iterator[dict[str, torch.Tensor]]:
+    def _batches(self, epoch: int, start_step: int) -> Iterator[Batch]:
         """Batches start_step.. of `epoch`, reconnecting and resuming at the next batch if the link breaks."""
         step = start_step
         resumed = time.perf_counter()  # the loop is blocked in next() from here until the yield

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
+from shardstream.client.tensors import Batch, batch_nbytes
 
 
 @dataclass
@@ -28,11 +28,14 @@ class LoaderStats:
     bulk_batches: int = 0  # batches a decoder on another host sent on a bulk socket (not on gRPC)
     steps_at_home: int = 0  # steps asked of a decoder on their home host (placement.py), of `batches`
 
-    def add_batch(self, tensors: dict[str, torch.Tensor]) -> None:
+    def add_batch(self, tensors: Batch) -> None:
         self.batches += 1
         first = next(iter(tensors.values()), None)
-        self.samples += int(first.shape[0]) if first is not None and first.dim() else 0
-        self.bytes += sum(t.numel() * t.element_size() for t in tensors.values())
+        if isinstance(first, list):  # strings
+            self.samples += len(first)
+        else:
+            self.samples += int(first.shape[0]) if first is not None and first.dim() else 0
+        self.bytes += batch_nbytes(tensors)
 
 
 __all__ = ["LoaderStats"]

@@ -1,5 +1,8 @@
 """Batch messages -> dict[str, torch.Tensor]: no copy on CPU hosts, one into pinned memory with CUDA.
 
+String fields (captions, paths) arrive as ``list[str]``, as DataLoader's
+default collate gives them.
+
 Without an accelerator a tensor is a view of the received message
 (``torch.frombuffer``): the message was made for this batch alone and nothing
 else references it, so the tensor may be written in place like any other.
@@ -16,7 +19,7 @@ import warnings
 import numpy as np
 import torch
 
-from shardstream.proto.wire import BatchView, TensorView
+from shardstream.proto.wire import BFLOAT16, STRINGS, BatchView, TensorView
 
 # The message bytes are read-only to Python, but this batch is their only user. Scoped to this
 # module and installed once: ``catch_warnings`` would race with the training thread's filters.
@@ -33,28 +36,40 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "float16": torch.float16,
     "float32": torch.float32,
     "float64": torch.float64,
+    BFLOAT16: torch.bfloat16,
 }
 
+Batch = dict[str, "torch.Tensor | list[str]"]
 
-def batch_to_tensors(batch: BatchView, pin: bool) -> dict[str, torch.Tensor]:
+
+def batch_to_tensors(batch: BatchView, pin: bool) -> Batch:
     """Pinned copies from torch's caching host allocator (which hands freed pinned blocks
     out again, so steady-state batches reuse pinned buffers) when `pin`, else views."""
-    return {view.name: _pinned_copy(view) if pin else _view(view) for view in batch.tensors}
+    return {view.name: view.strings() if view.dtype == STRINGS else _pinned_copy(view) if pin else _view(view)
+            for view in batch.tensors}
 
 
 def _view(view: TensorView) -> torch.Tensor:
     source = view.array()  # checks dtype and size against the shape
+    dtype = TORCH_DTYPES[view.dtype]
     if not source.flags.aligned or source.size == 0:
-        return torch.from_numpy(source.copy())
-    flat = torch.frombuffer(view.data, dtype=TORCH_DTYPES[view.dtype])
+        return torch.from_numpy(source.copy()).view(dtype)
+    flat = torch.frombuffer(view.data, dtype=dtype)
     return flat.view(view.shape)
 
 
 def _pinned_copy(view: TensorView) -> torch.Tensor:
     source = view.array()
     tensor = torch.empty(source.shape, dtype=TORCH_DTYPES[view.dtype], pin_memory=True)
-    np.copyto(tensor.numpy(), source)
+    bits = tensor.view(torch.int16) if view.dtype == BFLOAT16 else tensor  # numpy has no bfloat16
+    np.copyto(bits.numpy(), source.view(np.int16) if view.dtype == BFLOAT16 else source)
     return tensor
+
+
+def batch_nbytes(batch: Batch) -> int:
+    """The bytes a batch holds: its tensors', and its strings' UTF-8 (about)."""
+    return sum(value.numel() * value.element_size() if isinstance(value, torch.Tensor) else sum(map(len, value))
+               for value in batch.values())
 
 
 def pin_available() -> bool:
@@ -62,4 +77,4 @@ def pin_available() -> bool:
     return torch.cuda.is_available()
 
 
-__all__ = ["TORCH_DTYPES", "batch_to_tensors", "pin_available"]
+__all__ = ["TORCH_DTYPES", "Batch", "batch_nbytes", "batch_to_tensors", "pin_available"]

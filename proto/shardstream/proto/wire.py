@@ -33,6 +33,12 @@ from shardstream.proto.writable_bytes import writable_bytes
 
 # numpy dtype names that travel; the client maps each to the torch dtype of the same layout.
 WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+# Two more travel as a WireTensor: B strings (int64 offsets [B+1], then their UTF-8 bytes; the
+# client gives list[str]) and bfloat16 (2-byte brain floats, numpy has no dtype for: their bits
+# as uint16 on the service side, torch.bfloat16 on the client).
+STRINGS = "str"
+BFLOAT16 = "bfloat16"
+_BFLOAT16_BITS = np.dtype("<u2")
 
 # Field numbers of Batch and Tensor in loader.proto.
 _BATCH_EPOCH, _BATCH_RANK, _BATCH_STEP, _BATCH_TENSORS, _BATCH_INDICES, _BATCH_REPLACED = 1, 2, 3, 4, 5, 6
@@ -56,14 +62,67 @@ class TensorView:
     data: memoryview  # into the received message; valid while it lives
 
     def array(self) -> np.ndarray:
-        """A read-only numpy view over the data (no copy)."""
-        if self.dtype not in WIRE_DTYPES:
+        """A read-only numpy view over the data (no copy); bfloat16 as its bits (uint16)."""
+        if self.dtype == STRINGS:
+            raise WireError(f"tensor {self.name!r} holds strings: read it with strings()")
+        if self.dtype not in WIRE_DTYPES and self.dtype != BFLOAT16:
             raise WireError(f"tensor {self.name!r} has unknown dtype {self.dtype!r}")
-        expected = int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+        dtype = _BFLOAT16_BITS if self.dtype == BFLOAT16 else np.dtype(self.dtype)
+        expected = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
         if expected != len(self.data):
             raise WireError(f"tensor {self.name!r}: shape {self.shape} x {self.dtype} needs {expected} bytes, "
                             f"got {len(self.data)}")
-        return np.frombuffer(self.data, dtype=self.dtype).reshape(self.shape)
+        return np.frombuffer(self.data, dtype=dtype).reshape(self.shape)
+
+    def strings(self) -> list[str]:
+        """The strings of a ``str`` tensor, checked against its offsets."""
+        if self.dtype != STRINGS or len(self.shape) != 1:
+            raise WireError(f"tensor {self.name!r} ({self.dtype} {self.shape}) is not a list of strings")
+        count = self.shape[0]
+        head = 8 * (count + 1)
+        if len(self.data) < head:
+            raise WireError(f"tensor {self.name!r}: {count} strings need {head} bytes of offsets, got {len(self.data)}")
+        offsets = np.frombuffer(self.data[:head], dtype="<i8")
+        payload = bytes(self.data[head:])
+        if offsets[0] != 0 or offsets[-1] != len(payload) or (count and (np.diff(offsets) < 0).any()):
+            raise WireError(f"tensor {self.name!r}: string offsets do not describe its {len(payload)} bytes")
+        try:
+            return [payload[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(),
+                                                                    strict=True)]
+        except UnicodeDecodeError as exc:
+            raise WireError(f"tensor {self.name!r} holds bytes that are not UTF-8: {exc}") from None
+
+
+@dataclass(frozen=True)
+class WireTensor:
+    """A batch value whose bytes travel under a dtype numpy has no name for: `data` is the bytes
+    as they travel (packed strings as uint8, bfloat16 as its uint16 bits), `dtype` and `shape`
+    what the client makes of them."""
+
+    data: np.ndarray
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+
+def pack_strings(values: Sequence[str]) -> WireTensor:
+    """B strings as one ``str`` tensor: int64 offsets [B+1], then the UTF-8 bytes."""
+    encoded = [value.encode("utf-8") for value in values]
+    offsets = np.zeros(len(encoded) + 1, dtype="<i8")
+    np.cumsum([len(e) for e in encoded], out=offsets[1:])
+    data = np.empty(offsets.nbytes + int(offsets[-1]), dtype=np.uint8)
+    data[: offsets.nbytes] = offsets.view(np.uint8)
+    data[offsets.nbytes :] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
+    return WireTensor(data, STRINGS, (len(encoded),))
+
+
+def bfloat16_bits(bits: np.ndarray) -> WireTensor:
+    """bfloat16 values given as their bits (uint16/int16, any shape)."""
+    data = np.ascontiguousarray(bits).view(_BFLOAT16_BITS)
+    return WireTensor(data, BFLOAT16, tuple(data.shape))
 
 
 @dataclass(frozen=True)
@@ -125,9 +184,9 @@ def _packed(values: np.ndarray | list[int]) -> bytes:
     return b"".join(_varint(int(v)) for v in values)
 
 
-def _tensor_head(name: str, dtype: np.dtype, shape: tuple[int, ...], nbytes: int) -> bytes:
+def _tensor_head(name: str, dtype: str, shape: tuple[int, ...], nbytes: int) -> bytes:
     """Everything of one ``tensors`` entry of a Batch up to its data bytes."""
-    head = _len_field(_TENSOR_NAME, name.encode()) + _len_field(_TENSOR_DTYPE, dtype.name.encode())
+    head = _len_field(_TENSOR_NAME, name.encode()) + _len_field(_TENSOR_DTYPE, dtype.encode())
     if shape:
         head += _len_field(_TENSOR_SHAPE, _packed(list(shape)))
     data_head = _key(_TENSOR_DATA, _LEN) + _varint(nbytes) if nbytes else b""
@@ -157,16 +216,18 @@ def _wire_dtype(name: str, dtype: np.dtype) -> np.dtype:
 Allocate = Callable[[int], tuple[Any, np.ndarray]]
 
 
-def encode_batch(epoch: int, rank: int, step: int, arrays: Mapping[str, np.ndarray],
+def encode_batch(epoch: int, rank: int, step: int, arrays: Mapping[str, np.ndarray | WireTensor],
                  sample_indices: np.ndarray, replaced_samples: int = 0,
                  allocate: Allocate = writable_bytes) -> Any:
     """A serialized ``Batch`` (``bytes`` unless `allocate` says otherwise): each array copied once,
     straight into the message."""
-    specs = [TensorSpec(name, array.dtype, array.shape) for name, array in arrays.items()]
+    specs = [TensorSpec(name, array.data.dtype, array.data.shape, array.dtype, array.shape)
+             if isinstance(array, WireTensor) else TensorSpec(name, array.dtype, array.shape)
+             for name, array in arrays.items()]
     frame = BatchFrame(FrameHeader(epoch, rank, step), specs, np.asarray(sample_indices, dtype=np.int64),
                        replaced_samples, allocate)
     for name, array in arrays.items():
-        np.copyto(frame.arrays[name], array, casting="equiv")
+        np.copyto(frame.arrays[name], array.data if isinstance(array, WireTensor) else array, casting="equiv")
     return frame.message
 
 
@@ -192,8 +253,10 @@ class TensorSpec:
     """A tensor of a batch before its values exist."""
 
     name: str
-    dtype: np.dtype
+    dtype: np.dtype  # of the array the data is written through
     shape: tuple[int, ...]
+    wire_dtype: str = ""  # set for a WireTensor: the dtype and shape the client sees
+    wire_shape: tuple[int, ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -225,8 +288,15 @@ class BatchFrame:
                  replaced_samples: int = 0, allocate: Allocate = writable_bytes) -> None:
         heads, specs = [], []
         for spec in tensors:
-            spec = TensorSpec(spec.name, _wire_dtype(spec.name, np.dtype(spec.dtype)), tuple(spec.shape))
-            heads.append(_tensor_head(spec.name, spec.dtype, spec.shape, spec.nbytes))
+            if spec.wire_dtype:
+                if spec.wire_dtype not in (STRINGS, BFLOAT16):
+                    raise TypeError(f"tensor {spec.name!r}: unknown wire dtype {spec.wire_dtype!r}")
+                spec = TensorSpec(spec.name, np.dtype(spec.dtype), tuple(spec.shape), spec.wire_dtype,
+                                  tuple(spec.wire_shape))
+                heads.append(_tensor_head(spec.name, spec.wire_dtype, spec.wire_shape, spec.nbytes))
+            else:
+                spec = TensorSpec(spec.name, _wire_dtype(spec.name, np.dtype(spec.dtype)), tuple(spec.shape))
+                heads.append(_tensor_head(spec.name, spec.dtype.name, spec.shape, spec.nbytes))
             specs.append(spec)
         if len({spec.name for spec in specs}) != len(specs):
             raise ValueError(f"tensor names repeat: {[spec.name for spec in specs]}")
@@ -374,6 +444,6 @@ def _parse_offer(buf: memoryview) -> BulkOffer:
     return BulkOffer(port, token)
 
 
-__all__ = ["WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "BulkOffer", "FrameHeader", "SharedRef",
-           "TensorSpec", "TensorView", "WireError", "encode_batch", "encode_bulk", "encode_bulk_offer",
-           "encode_shared", "parse_batch"]
+__all__ = ["BFLOAT16", "STRINGS", "WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "BulkOffer", "FrameHeader", "SharedRef",
+           "TensorSpec", "TensorView", "WireError", "WireTensor", "bfloat16_bits", "encode_batch", "encode_bulk", "encode_bulk_offer",
+           "encode_shared", "pack_strings", "parse_batch"]

@@ -27,6 +27,7 @@ from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.transforms import build_transform
+from shardstream.service.transforms.collate import build_collation
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,8 @@ class JobRegistry:
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
         index = index_dataset(spec.dataset, spec.columns, allow=self.access.check, format=spec.format,
                               format_args=_format_args(spec))
-        check_job_schema(index.schema, transform)
+        build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
+        check_job_schema(index.schema, transform, spec.collate)
         job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
                                 spec.seed, spec.drop_last, spec.shuffle_block,
@@ -126,7 +128,8 @@ class JobRegistry:
         decode = DecodeJob(job_id=job_id, index=index, columns=spec.columns, transform=spec.transform,
                            transform_args=spec.transform_kwargs,
                            allowed_transform_modules=self.allowed_transform_modules,
-                           seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling)
+                           seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
+                           collate=spec.collate, pad_value=spec.pad_value)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode)
 
     def expire(self, idle_ttl_s: float, streaming: Collection[str] = ()) -> list[Job]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -32,6 +33,8 @@ class JobSpec:
     shuffle_block: int = 0  # 0: DistributedSampler's order; > 0: block shuffle (plan.py)
     format: str = ""  # "": Parquet, or WebDataset for .tar names (formats/)
     format_args: str = "{}"  # canonical JSON
+    collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
+    pad_value: float = 0.0
 
     def __post_init__(self) -> None:
         if not self.dataset or any(not d for d in self.dataset):
@@ -46,6 +49,8 @@ class JobSpec:
             raise InvalidJobSpec(f"shuffle_block must be >= 0 (0: the exact order), got {self.shuffle_block}")
         if self.shuffle_block and not self.shuffle:
             raise InvalidJobSpec("shuffle_block is a way to shuffle: set shuffle=True with it, or leave it out")
+        if not math.isfinite(self.pad_value):
+            raise InvalidJobSpec(f"pad_value must be a finite number, got {self.pad_value}")
         if len(set(self.columns)) != len(self.columns):
             raise InvalidJobSpec(f"columns has duplicates: {list(self.columns)}")
 
@@ -67,6 +72,8 @@ class JobSpec:
             shuffle_block=msg.shuffle_block,
             format=msg.format,
             format_args=_canonical_object(msg.format_args_json, "format args"),
+            collate=msg.collate,
+            pad_value=msg.pad_value,
         )
 
     @property
@@ -76,7 +83,8 @@ class JobSpec:
     @property
     def fingerprint(self) -> str:
         fields_ = asdict(self)
-        for name, default in (("shuffle_block", 0), ("format", ""), ("format_args", "{}")):
+        later = (("shuffle_block", 0), ("format", ""), ("format_args", "{}"), ("collate", ""), ("pad_value", 0.0))
+        for name, default in later:
             if fields_[name] == default:  # the fingerprint jobs had before these fields
                 del fields_[name]
         blob = json.dumps(fields_, sort_keys=True, separators=(",", ":"))

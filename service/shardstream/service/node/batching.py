@@ -17,6 +17,7 @@ dtype cannot travel), are framed by the batch server, with one copy more.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,20 +25,28 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
-from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader
+from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader, WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex
 from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
-from shardstream.service.node.reader import ShardReader
+from shardstream.service.node.reader import Piece, ShardReader
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.transforms import SampleTransform, collate, sample_rng
 from shardstream.service.transforms.base import collated_specs
-from shardstream.service.transforms.columns import column_specs, gather_arrays
+from shardstream.service.transforms.collate import PAD, Collation, collate_samples, to_wire
+from shardstream.service.transforms.columns import (
+    check_schema,
+    column_specs,
+    gather_arrays,
+    gather_variable,
+    variable_columns,
+)
 
 log = logging.getLogger(__name__)
 
 MAX_REPLACEMENT_TRIES = 64
+STACK = Collation()  # collate="" : stack each key's values
 
 
 class UnreadableSample(Exception):
@@ -57,11 +66,13 @@ class DecodeJob:
     seed: int
     on_corrupt: str  # "fail" | "skip"
     sampling: SamplingSpec | None = None  # for decoders that plan steps themselves (batch_server.py)
+    collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
+    pad_value: float = 0.0
 
 
 @dataclass
 class DecodedBatch:
-    arrays: dict[str, np.ndarray]
+    arrays: Mapping[str, np.ndarray | WireTensor]
     indices: np.ndarray  # the sample indices actually in the batch, in order
     replaced: int = 0
     decode_seconds: float = 0.0
@@ -77,12 +88,21 @@ class DecodedBatch:
 
 def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform | None,
                  epoch: int, indices: np.ndarray, header: FrameHeader | None = None,
-                 allocate: Allocate = writable_bytes, prepared_samples: JobSamples | None = None) -> DecodedBatch:
+                 allocate: Allocate = writable_bytes, prepared_samples: JobSamples | None = None,
+                 collation: Collation = STACK) -> DecodedBatch:
     """The batch of these sample indices, collated into the message of `header` (in memory from
     `allocate`) when it is given (see the module's docstring for when it is not). Samples the
     node's prepared-sample cache holds skip reading and ``prepare``; the others are added to it."""
     if transform is None:
+        if collation.function is not None:  # a user collate of the rows
+            records = [_readable(job, int(index), row)
+                       for index, row in zip(indices, reader.read(indices).to_pylist(), strict=True)]
+            return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
         pieces = reader.pieces(indices)
+        variable = variable_columns(pieces[0].table.schema) if pieces else []
+        if variable:  # strings, lists: sized as they are gathered, so framed by the batch server
+            return DecodedBatch(arrays=_gather_with_variable(pieces, len(indices), variable, collation),
+                                indices=np.asarray(indices))
         if header is None:
             return DecodedBatch(arrays=gather_arrays(pieces, len(indices)), indices=np.asarray(indices))
         frame = BatchFrame(header, column_specs(pieces, len(indices)), np.asarray(indices), 0, allocate)
@@ -121,12 +141,36 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
             prepared_samples.send_to_homes()
     own_collate = getattr(transform, "collate", None)
     if own_collate is not None:
-        return DecodedBatch(arrays=own_collate(samples), indices=used, replaced=replaced)
-    if header is not None and samples and samples[0]:
+        return DecodedBatch(arrays=to_wire(own_collate(samples), f"{job.transform}.collate"), indices=used,
+                            replaced=replaced)
+    if collation.stacks_only and header is not None and samples and samples[0]:
         framed = _collate_framed(samples, header, used, replaced, allocate)
         if framed is not None:
             return framed
-    return DecodedBatch(arrays=collate(samples), indices=used, replaced=replaced)
+    return DecodedBatch(arrays=collate_samples(samples, collation), indices=used, replaced=replaced)
+
+
+def _gather_with_variable(pieces: list[Piece], count: int, variable: list[str],
+                          collation: Collation) -> dict[str, np.ndarray | WireTensor]:
+    """Every column in schema order: fixed ones gathered, variable ones (and their lengths) after."""
+    fixed = gather_arrays(pieces, count)
+    gathered = gather_variable(pieces, count, variable, collation.pad_value)
+    out: dict[str, np.ndarray | WireTensor] = {}
+    for name in pieces[0].table.column_names:
+        if name in fixed:
+            out[name] = fixed[name]
+        elif name in gathered:
+            out[name] = gathered[name]
+            if f"{name}_lengths" in gathered:
+                out[f"{name}_lengths"] = gathered[f"{name}_lengths"]
+    return out
+
+
+def _readable(job: DecodeJob, index: int, row: dict[str, Any]) -> dict[str, Any]:
+    unreadable = row.pop(UNREADABLE_COLUMN, None)
+    if unreadable is not None:
+        raise CorruptSample(f"sample {index} ({job.index.describe(index)}) cannot be read: {unreadable}")
+    return row
 
 
 def _collate_framed(samples: list[dict[str, Any]], header: FrameHeader, used: np.ndarray,
@@ -195,12 +239,11 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     )
 
 
-def check_job_schema(schema: pa.Schema, transform: SampleTransform | None) -> None:
+def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, collate: str = "") -> None:
     """Refuse at open time what could never collate, instead of mid-epoch."""
     if transform is None:
-        from shardstream.service.transforms.columns import check_schema
-
-        check_schema(schema)
+        if collate in ("", PAD):  # a user collate takes whatever the rows hold
+            check_schema(schema, pads=collate == PAD)
         return
     check = getattr(transform, "check_schema", None)
     if check is not None:

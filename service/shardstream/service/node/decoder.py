@@ -39,6 +39,7 @@ from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.plan import PlanCache, check_step
 from shardstream.service.tls import TlsFiles
 from shardstream.service.transforms import SampleTransform, build_transform
+from shardstream.service.transforms.collate import Collation, build_collation
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +87,7 @@ class DecodeWorker:
         self._prepared = open_prepared_cache(settings.prepared_memory_dir, settings.prepared_memory_bytes,
                                              settings.prepared_disk_dir, settings.prepared_disk_bytes,
                                              self._counters, self._peers)
-        self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None]] = {}
+        self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None, Collation]] = {}
         self._prepared_samples: dict[str, JobSamples] = {}  # job id -> its view of the cache
         self._plans = PlanCache(PLANS_KEPT)
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
@@ -104,10 +105,11 @@ class DecodeWorker:
         job: DecodeJob = ray.get(job_ref)
         reader = ShardReader(job.index, list(job.columns) or None, self._source, self._loaders)
         transform = build_transform(job.transform, job.transform_args, job.allowed_transform_modules)
+        collation = build_collation(job.collate, job.pad_value, job.allowed_transform_modules)
         prepared = None if self._prepared is None else self._prepared.for_transform(
             job.index, job.transform, job.transform_args, job.columns, transform)
         with self._lock:
-            self._jobs.setdefault(job_id, (job, reader, transform))
+            self._jobs.setdefault(job_id, (job, reader, transform, collation))
             if prepared is not None:
                 self._prepared_samples.setdefault(job_id, prepared)
         log.info("decode worker opened job %s", job_id)
@@ -153,10 +155,11 @@ class DecodeWorker:
     def _decode(self, job_id: str, epoch: int, indices: np.ndarray, header: FrameHeader | None = None,
                 allocate: Allocate = writable_bytes) -> DecodedBatch:
         with self._lock:
-            job, reader, transform = self._jobs[job_id]
+            job, reader, transform, collation = self._jobs[job_id]
             prepared = self._prepared_samples.get(job_id)
         started = time.perf_counter()
-        batch = decode_batch(job, reader, transform, epoch, indices, header, allocate, prepared)  # framed to send
+        batch = decode_batch(job, reader, transform, epoch, indices, header, allocate, prepared,  # framed to send
+                             collation)
         batch.decode_seconds = time.perf_counter() - started
         batch.reads = self._counters.take_delta()
         return batch

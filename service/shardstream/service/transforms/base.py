@@ -52,14 +52,22 @@ def collated_specs(samples: Sequence[Sample]) -> list[TensorSpec]:
             for key, value in samples[0].items()]
 
 
-def check_tensor_column(field: pa.Field) -> None:
-    """Numeric scalars become [B]; fixed-size numeric lists become [B, k]."""
+def check_tensor_column(field: pa.Field, pads: bool = False) -> None:
+    """Numeric scalars become [B]; fixed-size numeric lists [B, k]; strings a list of B strings;
+    with `pads` (collate="pad"), variable-length lists [B, Lmax] (or [B, Lmax, k])."""
+    from shardstream.proto.errors import InvalidJobSpec
+
     kind = field.type
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        if not pads:
+            raise InvalidJobSpec(f"column {field.name!r} holds lists of varying length ({kind}): collate='pad' "
+                                 "pads them to the batch's longest (with <column>_lengths)")
+        kind = kind.value_type
     if pa.types.is_fixed_size_list(kind):
         kind = kind.value_type
     if not (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)):
-        from shardstream.proto.errors import InvalidJobSpec
-
         raise InvalidJobSpec(
             f"column {field.name!r} has type {field.type}, which does not collate to a tensor "
             "without a transform: leave it out with columns=[...] or choose a transform"

@@ -20,14 +20,53 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
-from shardstream.proto.wire import TensorSpec
+from shardstream.proto.wire import TensorSpec, WireTensor, pack_strings
 from shardstream.service.node.reader import Piece
 from shardstream.service.transforms.base import check_tensor_column
 
 
-def check_schema(schema: pa.Schema) -> None:
+def check_schema(schema: pa.Schema, pads: bool = False) -> None:
     for field in schema:
-        check_tensor_column(field)
+        check_tensor_column(field, pads)
+
+
+def variable_columns(schema: pa.Schema) -> list[str]:
+    """Columns whose rows differ in size (strings, lists): gathered by `gather_variable`, not framed
+    ahead."""
+    return [field.name for field in schema if _is_variable(field.type)]
+
+
+def _is_variable(kind: pa.DataType) -> bool:
+    return bool(pa.types.is_string(kind) or pa.types.is_large_string(kind) or pa.types.is_list(kind)
+                or pa.types.is_large_list(kind))
+
+
+def gather_variable(pieces: Sequence[Piece], count: int, names: Sequence[str],
+                    pad_value: float) -> dict[str, np.ndarray | WireTensor]:
+    """The variable-size columns of the batch: strings packed, lists padded to the longest (with
+    `<column>_lengths`)."""
+    order = np.concatenate([piece.at for piece in pieces])
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(count)
+    out: dict[str, np.ndarray | WireTensor] = {}
+    for name in names:
+        taken = [piece.table.column(name).take(pa.array(piece.rows)) for piece in pieces]
+        column = pa.chunked_array([c for t in taken for c in t.chunks], type=taken[0].type).combine_chunks()
+        column = column.take(pa.array(inverse))
+        if column.null_count:
+            raise CorruptSample(f"column {name!r} has {column.null_count} null value(s) in this batch")
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            out[name] = pack_strings(column.to_pylist())
+            continue
+        lengths = column.value_lengths().to_numpy(zero_copy_only=False).astype(np.int64)
+        values = _zero_copy_view(column.flatten())  # [total] or [total, k] (a list of fixed-size lists)
+        padded = np.full((count, int(lengths.max()) if count else 0, *values.shape[1:]), pad_value,
+                         dtype=values.dtype)
+        rows = np.repeat(np.arange(count), lengths)
+        places = np.arange(len(values)) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+        padded[rows, places] = values
+        out[name], out[f"{name}_lengths"] = padded, lengths
+    return out
 
 
 def column_specs(pieces: Sequence[Piece], count: int) -> list[TensorSpec]:
@@ -79,6 +118,8 @@ def _column_views(table: pa.Table) -> dict[str, tuple[np.ndarray, np.ndarray | N
     views = {}
     for name in table.column_names:
         column = table.column(name)
+        if _is_variable(column.type):
+            continue  # gather_variable's
         array = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
         views[name] = (_zero_copy_view(array), _null_rows(array))
     with _VIEWS_LOCK:
@@ -140,4 +181,4 @@ def _gather_into(batch: np.ndarray, source: np.ndarray, rows: np.ndarray, at: np
         batch[at] = source[rows]
 
 
-__all__ = ["check_schema", "column_specs", "gather_arrays"]
+__all__ = ["check_schema", "column_specs", "gather_arrays", "gather_variable", "variable_columns"]

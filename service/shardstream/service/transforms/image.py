@@ -1,7 +1,7 @@
 """The built-in image transform: prepare = decode (+ resize), augment = crop + flip.
 
 Output: the image column as uint8 [B, C, H, W]; every other selected column
-passes through as a tensor (labels). JPEG and PNG decode in Pillow's C code.
+passes through: numbers as tensors (labels), strings as lists (captions). JPEG and PNG decode in Pillow's C code.
 """
 
 from __future__ import annotations

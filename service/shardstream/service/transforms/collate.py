@@ -1,0 +1,163 @@
+"""How a batch's samples become its arrays: stacked, padded, or by a user's function.
+
+``collate=""`` (the default) stacks each key's values: numbers and arrays of
+one shape become ``[B, ...]`` arrays, strings a list of strings. ``"pad"``
+also pads variable-length values (a Python list, a 1-D array, a list column
+of the dataset) along their first axis to the batch's longest, with
+``pad_value``, and adds ``<key>_lengths`` (int64 [B]). ``"module:function"``
+is a user collate, allowlisted like transforms: a function from the list of
+per-sample dicts to a dict of arrays, tensors or lists of strings.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardstream.proto.errors import InvalidJobSpec, TransformNotAllowed, UnknownTransform
+from shardstream.proto.wire import WIRE_DTYPES, WireTensor, bfloat16_bits, pack_strings
+from shardstream.service.transforms.base import Sample
+
+Batch = dict[str, "np.ndarray | WireTensor"]
+PAD = "pad"
+
+
+@dataclass(frozen=True)
+class Collation:
+    name: str = ""  # "", "pad" or "module:function"
+    pad_value: float = 0.0
+    function: Callable[[list[Sample]], Mapping[str, Any]] | None = None
+
+    @property
+    def pads(self) -> bool:
+        return self.name == PAD
+
+    @property
+    def stacks_only(self) -> bool:
+        """Fixed-shape stacking: the batch's arrays can be framed before they are made."""
+        return not self.name
+
+
+def build_collation(name: str, pad_value: float, allowed_modules: tuple[str, ...]) -> Collation:
+    if name in ("", PAD):
+        return Collation(name, pad_value)
+    module_name, sep, attr = name.partition(":")
+    if not sep or not module_name or not attr:
+        raise UnknownTransform(f"unknown collate {name!r}: built-ins are '' (stack) and 'pad'; a user collate "
+                               "is named 'package.module:function'")
+    if not any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in allowed_modules):
+        raise TransformNotAllowed(f"collate module {module_name!r} is not allowed on this service (allowed "
+                                  f"prefixes: {list(allowed_modules) or 'none'}; see --allow-transform-module)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UnknownTransform(f"collate module {module_name!r} is not installed on the service: {exc}") from None
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise UnknownTransform(f"{module_name!r} has no callable {attr!r}")
+    return Collation(name, pad_value, function)
+
+
+def collate_samples(samples: Sequence[Sample], collation: Collation) -> Batch:
+    """The batch of `samples` (per-sample dicts) as `collation` says."""
+    if collation.function is not None:
+        return to_wire(collation.function(list(samples)), collation.name)
+    if not samples:
+        return {}
+    out: Batch = {}
+    for key in samples[0]:
+        values = [sample[key] for sample in samples]
+        if all(isinstance(v, str) for v in values):
+            out[key] = pack_strings(values)
+            continue
+        arrays = [_numpy(v) for v in values]
+        bits = isinstance(arrays[0], _BF16)  # np.stack and np.full forget the tag: put it back
+        if collation.pads and _variable(values[0]):
+            fill = _bfloat16_bits_of(collation.pad_value) if bits else collation.pad_value
+            padded, lengths = pad([np.asarray(a) for a in arrays], fill, key)
+            out[key] = _travelling(padded.view(_BF16) if bits else padded, key, "the samples give")
+            out[f"{key}_lengths"] = lengths
+        else:
+            stacked = np.stack(arrays)
+            out[key] = _travelling(stacked.view(_BF16) if bits else stacked, key, "the samples give")
+    return out
+
+
+def _variable(value: Any) -> bool:
+    """A value `pad` pads: a list, or a 1-D array (a sequence of numbers)."""
+    return isinstance(value, list) or (hasattr(value, "ndim") and value.ndim == 1)
+
+
+def pad(values: Sequence[np.ndarray], pad_value: float, key: str) -> tuple[np.ndarray, np.ndarray]:
+    """[B, Lmax, ...] with `pad_value` past each value's length, and the lengths (int64 [B])."""
+    lengths = np.array([len(v) for v in values], dtype=np.int64)
+    longest = int(lengths.max()) if len(values) else 0
+    trailing = {v.shape[1:] for v in values if len(v)} or {()}
+    if len(trailing) > 1:
+        raise ValueError(f"{key!r}: values of shapes {sorted(trailing)} pad only along their first axis")
+    dtype = np.result_type(*[v.dtype for v in values]) if values else np.float32
+    out = np.full((len(values), longest, *trailing.pop()), pad_value, dtype=dtype)
+    for i, value in enumerate(values):
+        out[i, : len(value)] = value
+    return out, lengths
+
+
+def _numpy(value: Any) -> Any:
+    """A torch tensor as numpy (bfloat16 as its bits, tagged later); anything else as it is."""
+    if type(value).__module__ == "torch" and hasattr(value, "numpy"):
+        import torch
+
+        if value.dtype == torch.bfloat16:
+            return _BF16(value.detach().cpu().contiguous().view(torch.int16).numpy())
+        return value.detach().cpu().numpy()
+    return value
+
+
+def _bfloat16_bits_of(value: float) -> int:
+    import torch
+
+    return int(torch.tensor(value, dtype=torch.bfloat16).view(torch.int16))
+
+
+class _BF16(np.ndarray):
+    """bfloat16 bits on their way into a batch (numpy has no bfloat16)."""
+
+    def __new__(cls, bits: np.ndarray) -> _BF16:
+        return bits.view(cls)
+
+
+def _travelling(array: Any, key: str, source: str) -> np.ndarray | WireTensor:
+    if isinstance(array, _BF16):
+        return bfloat16_bits(np.asarray(array).view(np.int16))
+    if not isinstance(array, np.ndarray) or array.dtype.name not in WIRE_DTYPES:
+        kind = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
+        raise TypeError(f"{source} {key!r} as {kind}, which cannot travel: numbers, arrays, tensors "
+                        "(bool, int, float, bfloat16) or strings")
+    return array
+
+
+def to_wire(batch: Mapping[str, Any], name: str) -> Batch:
+    """A user collate's output, checked: each value an array or tensor that can travel, or a list of
+    strings; anything else is an error naming the function and the key."""
+    if not isinstance(batch, Mapping):
+        raise InvalidJobSpec(f"collate {name!r} returned {type(batch).__name__}, not a dict of arrays")
+    out: Batch = {}
+    for key, value in batch.items():
+        if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
+            out[key] = pack_strings(value)
+            continue
+        value = _numpy(value)
+        try:
+            out[key] = _travelling(value if isinstance(value, np.ndarray) else np.asarray(value), key,
+                                   f"collate {name!r} returned")
+        except (TypeError, ValueError) as exc:
+            raise InvalidJobSpec(str(exc) if "cannot travel" in str(exc) else
+                                 f"collate {name!r} returned {key!r} that cannot travel: {exc}") from None
+    return out
+
+
+__all__ = ["PAD", "Batch", "Collation", "build_collation", "collate_samples", "pad", "to_wire"]
