@@ -1,4 +1,4 @@
-"""`shardstream` command line: serve, status."""
+"""`shardstream` command line: serve, status, validate."""
 
 from __future__ import annotations
 
@@ -71,10 +71,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="print the status again every SECONDS until interrupted")
     status.add_argument("--iterations", type=int, help="with --watch: stop after this many")
 
+    validate = commands.add_parser("validate", help="check a dataset opens and decodes, in this process, "
+                                   "before a job (no service)")
+    validate.add_argument("dataset", nargs="+", help="files, directories or globs (any fsspec URL)")
+    validate.add_argument("--format", default="", help="parquet, tokens, webdataset, imagefolder, manifest "
+                          "(default: from the names)")
+    validate.add_argument("--format-arg", action="append", default=[], metavar="KEY=VALUE",
+                          help="a format option, VALUE as JSON or else a string: seq_len=1024 (repeatable)")
+    validate.add_argument("--transform", default="", help="image, or package.module:factory")
+    validate.add_argument("--transform-arg", action="append", default=[], metavar="KEY=JSON",
+                          help="a transform argument: size=224, flip=false (repeatable)")
+    validate.add_argument("--columns", default="", metavar="A,B", help="the columns a job would select")
+    validate.add_argument("--collate", default="", help="pad, or package.module:function (as the job's collate=)")
+    validate.add_argument("--pad-value", type=float, default=0.0, help="what --collate pad fills with")
+    how_many = validate.add_mutually_exclusive_group()
+    how_many.add_argument("--sample", type=int, default=64, metavar="K",
+                          help="decode K samples spread over the dataset (default 64)")
+    how_many.add_argument("--full", action="store_true", help="read every unit, decode every sample")
+    validate.add_argument("--workers", type=int, metavar="N", help="decoding threads (default: one per core)")
+    validate.add_argument("--json", action="store_true", help="print one JSON object")
+
     args = parser.parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.command == "serve":
         return _serve(args)
+    if args.command == "validate":
+        return _validate(args, validate)
     tls = None
     if args.tls or args.tls_ca or args.tls_cert or args.tls_server_name:
         from shardstream.client.tls import TLS
@@ -116,6 +138,39 @@ def _serve(args: argparse.Namespace) -> int:
     log.info("shutting down")
     service.stop(grace=5.0)
     return 0
+
+
+def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    """`shardstream validate`: 0 when the dataset is fine, 1 when anything is wrong (validate.py)."""
+    import os
+
+    try:
+        from shardstream.service import validate
+    except ModuleNotFoundError as exc:  # a training-side install: the client only
+        log.error("`shardstream validate` needs the service's packages (%s is missing): "
+                  "pip install 'shardstream[service]'", exc.name)
+        return 2
+    try:
+        format_args = dict(validate.parse_option(text) for text in args.format_arg)
+        transform_args = dict(validate.parse_option(text) for text in args.transform_arg)
+    except ValueError as exc:
+        parser.error(str(exc))
+    for name in ("sample", "workers"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
+    if os.getcwd() not in sys.path:  # the user's own transform module, run from their project
+        sys.path.append(os.getcwd())
+    try:
+        report = validate.validate(
+            tuple(args.dataset), format=args.format, format_args=format_args, transform=args.transform,
+            transform_args=transform_args, columns=tuple(c.strip() for c in args.columns.split(",") if c.strip()),
+            collate=args.collate, pad_value=args.pad_value,
+            sample=None if args.full else args.sample, workers=args.workers)
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        return 130
+    sys.stdout.write(validate.report_json(report) + "\n" if args.json else validate.report_text(report))
+    return 0 if report.ok else 1
 
 
 def _status(address: str, tls: TLS | None, as_json: bool = False, watch_s: float | None = None,

@@ -9,20 +9,18 @@ out. Plans are cached for the few most recent epochs.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.rate import RateMeter
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex
-from shardstream.service.formats import index_dataset
+from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.plan import SamplingSpec
@@ -118,7 +116,7 @@ class JobRegistry:
     def _create(self, name: str, spec: JobSpec) -> Job:
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
         index = index_dataset(spec.dataset, spec.columns, allow=self.access.check, format=spec.format,
-                              format_args=_format_args(spec))
+                              format_args=job_format_args(spec.format, spec.format_args, spec.transform_kwargs))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         check_job_schema(index.schema, transform, spec.collate)
         job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
@@ -168,15 +166,6 @@ class JobRegistry:
     def all(self) -> list[Job]:
         with self._lock:
             return list(self._jobs.values())
-
-
-def _format_args(spec: JobSpec) -> dict[str, Any]:
-    """The format's options; a manifest's bytes go to the transform's column unless told otherwise."""
-    args = dict(json.loads(spec.format_args))
-    column = spec.transform_kwargs.get("column")
-    if spec.format == "manifest" and "bytes_column" not in args and isinstance(column, str):
-        args["bytes_column"] = column
-    return args
 
 
 __all__ = ["Job", "JobCounters", "JobRegistry"]

@@ -76,4 +76,15 @@ def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), allow
     return index
 
 
-__all__ = ["FORMATS", "detect_format", "get_format", "index_dataset"]
+def job_format_args(format: str, format_args: dict[str, Any] | str | None,
+                    transform_args: dict[str, Any]) -> dict[str, Any]:
+    """A job's format options as the service completes them: a manifest's bytes go to the
+    transform's column unless `bytes_column` says otherwise."""
+    args = json.loads(format_args) if isinstance(format_args, str) else dict(format_args or {})
+    column = transform_args.get("column")
+    if format == "manifest" and "bytes_column" not in args and isinstance(column, str):
+        args["bytes_column"] = column
+    return args
+
+
+__all__ = ["FORMATS", "detect_format", "get_format", "index_dataset", "job_format_args"]
