@@ -1,4 +1,4 @@
-"""The examples under examples/formats/ run against a real service and show what they promise."""
+"""The examples under examples/formats/ (formats, weights, padding) run against a real service."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ EXAMPLES = {
     "webdataset": ["jpg torch.uint8 [4, 3, 32, 32]", "cls torch.int64 [4]", "txt list of 4 str", "20 samples"],
     "imagefolder": ["image torch.uint8 [4, 3, 32, 32]", "label torch.int64 [4]", "15 samples"],
     "manifest": ["image torch.uint8 [4, 3, 32, 32]", "label torch.int64 [4]", "12 samples"],
+    "weights": ["label torch.int64 [4]", "40 samples"],
+    "padded": ["ids torch.int32 [4, ", "ids_lengths torch.int64 [4]", "title list of 4 str", "24 samples"],
 }
 
 

@@ -102,6 +102,10 @@ class RemoteLoader:
             ``pad_value`` and adds ``<key>_lengths`` (int64 [B]); ``"package.module:function"``
             is a user collate on the service (allowed like transforms).
         pad_value: what ``collate="pad"`` fills with.
+        weights: a column of per-sample weights (>= 0): each epoch draws N samples with
+            replacement, as ``WeightedRandomSampler(weights, N, generator=seeded(seed + epoch))``,
+            split across ranks as DistributedSampler splits its permutation (padding by wrapping,
+            ``rank::world_size``, drop_last as usual). ``shuffle`` has no effect with it.
         tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
             SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
         shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
@@ -144,6 +148,7 @@ class RemoteLoader:
         url_column: str | None = None,
         collate: str | None = None,
         pad_value: float = 0,
+        weights: str | None = None,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -171,7 +176,7 @@ class RemoteLoader:
             columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
             format=format or "", format_args_json=json.dumps(_format_args(format_args, seq_len=seq_len,
                                                                           dtype=dtype, url_column=url_column)),
-            collate=collate or "", pad_value=pad_value,
+            collate=collate or "", pad_value=pad_value, weights=weights or "",
         )
         self.job_name = (job_name if job_name is not None
                          else default_job_name(next(_LOADERS_CREATED), self.world_size))

@@ -42,6 +42,9 @@ class SamplingSpec:
     drop_last: bool
     shuffle_block: int = 0  # 0: DistributedSampler's exact order; > 0: block shuffle (above)
     unit_rows: tuple[int, ...] = ()  # block shuffle: rows of each row group, in global order
+    # Weighted sampling: each sample's weight as little-endian float64 (weights.py); b"": none. Each
+    # epoch's sequence is then N draws with replacement, as WeightedRandomSampler makes it.
+    weights: bytes = b""
 
     @property
     def samples_per_rank(self) -> int:
@@ -70,7 +73,12 @@ class EpochPlan:
     def order(self) -> np.ndarray:
         s = self.sampling
         n = s.num_samples_total
-        if s.shuffle and s.shuffle_block:
+        if s.weights:
+            generator = torch.Generator()
+            generator.manual_seed(s.seed + self.epoch)
+            weights = torch.from_numpy(np.frombuffer(s.weights, dtype="<f8").copy())
+            indices = torch.multinomial(weights, n, replacement=True, generator=generator).numpy().astype(np.int64)
+        elif s.shuffle and s.shuffle_block:
             indices = block_shuffle(s.unit_rows, s.shuffle_block, s.seed + self.epoch)
         elif s.shuffle:
             generator = torch.Generator()

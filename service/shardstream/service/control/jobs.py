@@ -26,6 +26,7 @@ from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.collate import build_collation
+from shardstream.service.weights import read_weights
 
 log = logging.getLogger(__name__)
 
@@ -115,14 +116,18 @@ class JobRegistry:
 
     def _create(self, name: str, spec: JobSpec) -> Job:
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
-        index = index_dataset(spec.dataset, spec.columns, allow=self.access.check, format=spec.format,
+        columns = spec.columns  # and the weights column, wherever the batches leave it out
+        if spec.weights and columns and spec.weights not in columns:
+            columns = (*columns, spec.weights)
+        index = index_dataset(spec.dataset, columns, allow=self.access.check, format=spec.format,
                               format_args=job_format_args(spec.format, spec.format_args, spec.transform_kwargs))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         check_job_schema(index.schema, transform, spec.collate)
         job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
                                 spec.seed, spec.drop_last, spec.shuffle_block,
-                                index.row_group_rows if spec.shuffle_block else ())
+                                index.row_group_rows if spec.shuffle_block else (),
+                                read_weights(index, spec.weights).astype("<f8").tobytes() if spec.weights else b"")
         decode = DecodeJob(job_id=job_id, index=index, columns=spec.columns, transform=spec.transform,
                            transform_args=spec.transform_kwargs,
                            allowed_transform_modules=self.allowed_transform_modules,

@@ -35,6 +35,7 @@ class JobSpec:
     format_args: str = "{}"  # canonical JSON
     collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
     pad_value: float = 0.0
+    weights: str = ""  # a column of per-sample weights: weighted sampling (weights.py)
 
     def __post_init__(self) -> None:
         if not self.dataset or any(not d for d in self.dataset):
@@ -49,6 +50,8 @@ class JobSpec:
             raise InvalidJobSpec(f"shuffle_block must be >= 0 (0: the exact order), got {self.shuffle_block}")
         if self.shuffle_block and not self.shuffle:
             raise InvalidJobSpec("shuffle_block is a way to shuffle: set shuffle=True with it, or leave it out")
+        if self.weights and self.shuffle_block:
+            raise InvalidJobSpec("weights and shuffle_block are two ways to order an epoch: choose one")
         if not math.isfinite(self.pad_value):
             raise InvalidJobSpec(f"pad_value must be a finite number, got {self.pad_value}")
         if len(set(self.columns)) != len(self.columns):
@@ -74,6 +77,7 @@ class JobSpec:
             format_args=_canonical_object(msg.format_args_json, "format args"),
             collate=msg.collate,
             pad_value=msg.pad_value,
+            weights=msg.weights,
         )
 
     @property
@@ -83,7 +87,8 @@ class JobSpec:
     @property
     def fingerprint(self) -> str:
         fields_ = asdict(self)
-        later = (("shuffle_block", 0), ("format", ""), ("format_args", "{}"), ("collate", ""), ("pad_value", 0.0))
+        later = (("shuffle_block", 0), ("format", ""), ("format_args", "{}"), ("collate", ""), ("pad_value", 0.0),
+                 ("weights", ""))
         for name, default in later:
             if fields_[name] == default:  # the fingerprint jobs had before these fields
                 del fields_[name]
