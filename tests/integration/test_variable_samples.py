@@ -82,3 +82,25 @@ def test_a_user_collate_and_one_that_returns_what_cannot_travel(service_address:
             next(iter(it))
     with loader(service_address, documents, columns=["idx"]) as it:  # the service serves on
         assert [b["idx"].tolist() for b in it] == order
+
+
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_bucketing_keeps_each_ranks_samples_and_groups_similar_lengths(service_address: str, documents: str,
+                                                                      drop_last: bool) -> None:
+    def epoch(bucket_by: str | None, rank: int) -> list[list[int]]:
+        with loader(service_address, documents, collate="pad", columns=["idx", "ids"], rank=rank,
+                    drop_last=drop_last, bucket_by=bucket_by, bucket_window=2) as it:
+            it.set_epoch(5)
+            batches = list(it)
+        for batch in batches:  # the lengths padding reports are the samples' own
+            assert batch["ids_lengths"].tolist() == [1 + i % 7 for i in batch["idx"].tolist()]
+        return [b["idx"].tolist() for b in batches]
+
+    for rank in (0, 1):
+        expected = oracle_batches(N, 2, rank, 4, True, 2, drop_last, 5)
+        bucketed = epoch("ids", rank)
+        assert len(bucketed) == len(expected)
+        assert sorted(i for b in bucketed for i in b) == sorted(i for b in expected for i in b)
+        assert bucketed == epoch("ids", rank)  # deterministic
+        spread = sum(max(1 + i % 7 for i in b) - min(1 + i % 7 for i in b) for b in bucketed)
+        assert spread < sum(max(1 + i % 7 for i in b) - min(1 + i % 7 for i in b) for b in expected)

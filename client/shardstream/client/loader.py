@@ -106,6 +106,12 @@ class RemoteLoader:
             replacement, as ``WeightedRandomSampler(weights, N, generator=seeded(seed + epoch))``,
             split across ranks as DistributedSampler splits its permutation (padding by wrapping,
             ``rank::world_size``, drop_last as usual). ``shuffle`` has no effect with it.
+        bucket_by: a column giving each sample's length (a list column's lengths, or numbers): each
+            rank's samples of an epoch are grouped into batches of similar length, `bucket_window`
+            batches at a time, the batches of a window in a random order (from seed, epoch, rank).
+            The samples a rank sees stay exactly DistributedSampler's; less padding with
+            ``collate="pad"`` (docs/order-modes.md).
+        bucket_window: batches per bucketing window.
         tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
             SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
         shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
@@ -149,6 +155,8 @@ class RemoteLoader:
         collate: str | None = None,
         pad_value: float = 0,
         weights: str | None = None,
+        bucket_by: str | None = None,
+        bucket_window: int = 64,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -177,6 +185,7 @@ class RemoteLoader:
             format=format or "", format_args_json=json.dumps(_format_args(format_args, seq_len=seq_len,
                                                                           dtype=dtype, url_column=url_column)),
             collate=collate or "", pad_value=pad_value, weights=weights or "",
+            bucket_by=bucket_by or "", bucket_window=bucket_window if bucket_by else 0,
         )
         self.job_name = (job_name if job_name is not None
                          else default_job_name(next(_LOADERS_CREATED), self.world_size))

@@ -23,7 +23,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Hashable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -45,6 +45,10 @@ class SamplingSpec:
     # Weighted sampling: each sample's weight as little-endian float64 (weights.py); b"": none. Each
     # epoch's sequence is then N draws with replacement, as WeightedRandomSampler makes it.
     weights: bytes = b""
+    # Length bucketing: each sample's length as little-endian int64 (per_sample.py); b"": none. A
+    # rank's samples are grouped into batches of similar length, bucket_window batches at a time.
+    lengths: bytes = b""
+    bucket_window: int = 0
 
     @property
     def samples_per_rank(self) -> int:
@@ -68,6 +72,8 @@ class EpochPlan:
 
     sampling: SamplingSpec
     epoch: int
+    _bucketed: dict[int, np.ndarray] = field(default_factory=dict, compare=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @cached_property
     def order(self) -> np.ndarray:
@@ -92,13 +98,44 @@ class EpochPlan:
         return indices[:total]
 
     def rank_indices(self, rank: int) -> np.ndarray:
-        return self.order[rank :: self.sampling.world_size]
+        indices = self.order[rank :: self.sampling.world_size]
+        if not self.sampling.lengths:
+            return indices
+        with self._lock:
+            bucketed = self._bucketed.get(rank)
+        if bucketed is None:
+            s = self.sampling
+            delivered = indices[: s.batches_per_rank * s.batch_size]  # drop_last drops the same samples
+            bucketed = bucket_by_length(delivered, np.frombuffer(s.lengths, dtype="<i8"), s.batch_size,
+                                        s.bucket_window, (s.seed, self.epoch, rank))
+            with self._lock:
+                self._bucketed[rank] = bucketed
+        return bucketed
 
     def batch_indices(self, rank: int, step: int) -> np.ndarray:
         b = self.sampling.batch_size
         if not 0 <= step < self.sampling.batches_per_rank:
             raise IndexError(f"step {step} is outside 0..{self.sampling.batches_per_rank - 1}")
         return self.rank_indices(rank)[step * b : (step + 1) * b]
+
+
+def bucket_by_length(indices: np.ndarray, lengths: np.ndarray, batch_size: int, window_batches: int,
+                     seed: tuple[int, int, int]) -> np.ndarray:
+    """`indices` (a rank's samples of an epoch) regrouped: each window of `window_batches` batches
+    sorted by length (ties in their order), cut into batches, and those batches in an order drawn
+    from `seed` (seed, epoch, rank). The same samples, only grouped otherwise."""
+    window = window_batches * batch_size
+    rng = np.random.default_rng([value % 2**63 for value in seed])
+    out: list[np.ndarray] = []
+    for start in range(0, len(indices), window):
+        chunk = indices[start : start + window]
+        chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
+        batches = [chunk[i : i + batch_size] for i in range(0, len(chunk), batch_size)]
+        full = [b for b in batches if len(b) == batch_size]  # a short last batch stays last
+        order = rng.permutation(len(full))
+        out.extend(full[i] for i in order)
+        out.extend(b for b in batches if len(b) != batch_size)
+    return np.concatenate(out) if out else indices[:0]
 
 
 def block_shuffle(unit_rows: tuple[int, ...], block: int, seed: int) -> np.ndarray:
@@ -156,4 +193,4 @@ def check_step(sampling: SamplingSpec, epoch: int, rank: int, step: int) -> None
         raise InvalidJobSpec(f"step {step} is outside 0..{sampling.batches_per_rank - 1}")
 
 
-__all__ = ["EpochPlan", "PlanCache", "SamplingSpec", "block_shuffle", "check_epoch_and_rank", "check_step"]
+__all__ = ["EpochPlan", "PlanCache", "SamplingSpec", "block_shuffle", "bucket_by_length", "check_epoch_and_rank", "check_step"]

@@ -23,10 +23,10 @@ from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batching import DecodeJob, check_job_schema
+from shardstream.service.per_sample import read_lengths, read_weights
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.collate import build_collation
-from shardstream.service.weights import read_weights
 
 log = logging.getLogger(__name__)
 
@@ -116,9 +116,10 @@ class JobRegistry:
 
     def _create(self, name: str, spec: JobSpec) -> Job:
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
-        columns = spec.columns  # and the weights column, wherever the batches leave it out
-        if spec.weights and columns and spec.weights not in columns:
-            columns = (*columns, spec.weights)
+        columns = spec.columns  # and the plan's columns, wherever the batches leave them out
+        for planned in (spec.weights, spec.bucket_by):
+            if planned and columns and planned not in columns:
+                columns = (*columns, planned)
         index = index_dataset(spec.dataset, columns, allow=self.access.check, format=spec.format,
                               format_args=job_format_args(spec.format, spec.format_args, spec.transform_kwargs))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
@@ -127,7 +128,9 @@ class JobRegistry:
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
                                 spec.seed, spec.drop_last, spec.shuffle_block,
                                 index.row_group_rows if spec.shuffle_block else (),
-                                read_weights(index, spec.weights).astype("<f8").tobytes() if spec.weights else b"")
+                                read_weights(index, spec.weights).astype("<f8").tobytes() if spec.weights else b"",
+                                read_lengths(index, spec.bucket_by).astype("<i8").tobytes() if spec.bucket_by else b"",
+                                spec.bucket_window)
         decode = DecodeJob(job_id=job_id, index=index, columns=spec.columns, transform=spec.transform,
                            transform_args=spec.transform_kwargs,
                            allowed_transform_modules=self.allowed_transform_modules,

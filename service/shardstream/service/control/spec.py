@@ -35,7 +35,9 @@ class JobSpec:
     format_args: str = "{}"  # canonical JSON
     collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
     pad_value: float = 0.0
-    weights: str = ""  # a column of per-sample weights: weighted sampling (weights.py)
+    weights: str = ""  # a column of per-sample weights: weighted sampling (per_sample.py)
+    bucket_by: str = ""  # a column of lengths: batches of similar length (plan.py)
+    bucket_window: int = 0  # in batches
 
     def __post_init__(self) -> None:
         if not self.dataset or any(not d for d in self.dataset):
@@ -52,6 +54,10 @@ class JobSpec:
             raise InvalidJobSpec("shuffle_block is a way to shuffle: set shuffle=True with it, or leave it out")
         if self.weights and self.shuffle_block:
             raise InvalidJobSpec("weights and shuffle_block are two ways to order an epoch: choose one")
+        if self.bucket_window < 0 or (self.bucket_by and not self.bucket_window):
+            raise InvalidJobSpec(f"bucket_window must be a number of batches > 0 with bucket_by, got {self.bucket_window}")
+        if self.bucket_window and not self.bucket_by:
+            raise InvalidJobSpec("bucket_window needs bucket_by, the column that gives each sample's length")
         if not math.isfinite(self.pad_value):
             raise InvalidJobSpec(f"pad_value must be a finite number, got {self.pad_value}")
         if len(set(self.columns)) != len(self.columns):
@@ -78,6 +84,8 @@ class JobSpec:
             collate=msg.collate,
             pad_value=msg.pad_value,
             weights=msg.weights,
+            bucket_by=msg.bucket_by,
+            bucket_window=msg.bucket_window,
         )
 
     @property
@@ -88,7 +96,7 @@ class JobSpec:
     def fingerprint(self) -> str:
         fields_ = asdict(self)
         later = (("shuffle_block", 0), ("format", ""), ("format_args", "{}"), ("collate", ""), ("pad_value", 0.0),
-                 ("weights", ""))
+                 ("weights", ""), ("bucket_by", ""), ("bucket_window", 0))
         for name, default in later:
             if fields_[name] == default:  # the fingerprint jobs had before these fields
                 del fields_[name]
