@@ -46,6 +46,7 @@ def test_serve_status_and_sigterm(tmp_path: object) -> None:
         with RemoteLoader(address, dataset=data, batch_size=4, world_size=1, rank=0,
                           job_name="cli-test") as loader:
             assert [b["idx"].tolist() for b in loader] == oracle_batches(11, 1, 0, 4, True, 0, False, 0)
+            fingerprint, pipeline = loader.manifest()["dataset"]["fingerprint"], loader.manifest()["pipeline"]["hash"]
         with pytest.raises(DatasetNotAllowed, match="data-other"):
             RemoteLoader(address, dataset=f"{tmp_path}/data-other", batch_size=4, world_size=1, rank=0)
         # The decode actors report what they served each second: status shows it once they have.
@@ -59,6 +60,7 @@ def test_serve_status_and_sigterm(tmp_path: object) -> None:
         assert "1 decoder(s) on 1 node(s)" in status.stdout
         assert "'cli-test': 11 samples" in status.stdout and "served 3 batches" in status.stdout
         assert "from storage (4 row group(s)); hits: memory" in status.stdout, status.stdout
+        assert f"parquet dataset {fingerprint}, pipeline {pipeline}" in status.stdout, status.stdout
         watched = subprocess.run([cli, "status", address, "--json", "--watch", "0.2", "--iterations", "2"],
                                  capture_output=True, text=True, timeout=30)
         assert watched.returncode == 0, watched.stderr
@@ -66,6 +68,7 @@ def test_serve_status_and_sigterm(tmp_path: object) -> None:
         assert len(snapshots) == 2  # for scripts: one object per refresh
         [job] = [j for j in snapshots[-1]["jobs"] if j["job_name"] == "cli-test"]
         assert job["batches_served"] == "3" and snapshots[-1]["decoders"] == 1
+        assert job["dataset_fingerprint"] == fingerprint and job["pipeline_hash"] == pipeline
         assert len(glob.glob(f"{tmp_path}/copy/*/*.arrow")) == 4  # the flags reach the decode actor
         serve.send_signal(signal.SIGTERM)
         assert serve.wait(timeout=60) == 0

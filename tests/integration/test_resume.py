@@ -122,9 +122,47 @@ def test_refusals_name_the_cause(service_address: str, dataset: str) -> None:
             pytest.raises(InvalidJobSpec, match=r"global batch of 8 samples.*3 x batch_size 4 = 12"):
         other.load_state_dict(state)
     with loader(service_address, dataset, 2, 0, 4, seed=6, job_name="other-seed") as other, \
-            pytest.raises(InvalidJobSpec, match="different job spec"):
+            pytest.raises(InvalidJobSpec, match="changed since it was taken: order seed: 5 -> 6"):
         other.load_state_dict(state)
+    without_manifest = {k: v for k, v in state.items() if k != "manifest"}  # a checkpoint of an earlier version
+    with loader(service_address, dataset, 2, 0, 4, seed=6, job_name="other-seed") as other, \
+            pytest.raises(InvalidJobSpec, match="different job spec"):
+        other.load_state_dict(without_manifest)
     with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(InvalidJobSpec, match="version"):
         same.load_state_dict({"epoch": 1})
     with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(InvalidJobSpec, match="dataset changed"):
         same.load_state_dict({**state, "dataset_fingerprint": "0" * 16})
+
+
+def test_the_manifest_names_the_dataset_pipeline_and_order(service_address: str, dataset: str) -> None:
+    with loader(service_address, dataset, 2, 0, 4, columns=["idx"], job_name="manifest") as it:
+        manifest = it.manifest()
+        assert it.state_dict()["manifest"] == manifest
+    assert manifest["dataset"]["format"] == "parquet" and manifest["dataset"]["samples"] == N
+    assert [s["samples"] for s in manifest["dataset"]["shards"]] == [30, 66]
+    assert all(s["size"] > 0 and s["version"].startswith("mtime=") for s in manifest["dataset"]["shards"])
+    assert manifest["pipeline"]["columns"] == ["idx"] and len(manifest["pipeline"]["hash"]) == 16
+    assert manifest["order"] == {"world_size": 2, "batch_size": 4, "shuffle": True, "seed": 5, "drop_last": False,
+                                 "shuffle_block": 0, "weights": "", "bucket_by": "", "bucket_window": 0}
+    assert set(manifest["service"]) == {"shardstream", "torch", "pyarrow", "pillow", "python"}
+    assert manifest["service"]["torch"] and manifest["service"]["pyarrow"]
+
+
+def test_a_resume_after_a_file_or_the_transform_changed_is_refused_naming_it(
+        service_address: str, tmp_path: object) -> None:
+    directory = f"{tmp_path}/data"
+    paths = write_indexed(directory, [12, 12])
+    with loader(service_address, directory, 1, 0, 4, transform="tests.transforms:scaled",
+                transform_args={"factor": 2}, columns=["idx", "x"], job_name="changed-1") as first:
+        next(iter(first))
+        state = first.state_dict()
+    with loader(service_address, directory, 1, 0, 4, transform="tests.transforms:scaled",
+                transform_args={"factor": 3}, columns=["idx", "x"], job_name="changed-2") as other, \
+            pytest.raises(InvalidJobSpec, match=r"pipeline transform_args: \{'factor': 2\} -> \{'factor': 3\}"):
+        other.load_state_dict(state)
+    os.utime(paths[1], (1, 1))  # a rewritten file: a new version
+    with loader(service_address, directory, 1, 0, 4, transform="tests.transforms:scaled",
+                transform_args={"factor": 2}, columns=["idx", "x"], job_name="changed-3") as again, \
+            pytest.raises(InvalidJobSpec, match=r"1 file\(s\) changed: .*part-00001\.parquet \(size \d+ -> \d+, "
+                          r"version 'mtime=[\d.]+' -> 'mtime=1"):
+        again.load_state_dict(state)

@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from shardstream.client import manifest_diff
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
@@ -192,6 +193,7 @@ class RemoteLoader:
         self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout
         self._steps_done = 0  # batches of the current epoch handed to the loop
         self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
+        self._manifest: dict[str, Any] | None = None
         self._connection = ServiceConnection(address, connect_timeout, tls or TLS.from_env())
         decoder_tls = self._connection.tls.for_decoders(address) if self._connection.tls else None
         self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS)  # the direct data plane's
@@ -331,7 +333,18 @@ class RemoteLoader:
         global_batch = self.world_size * self.spec.batch_size
         return LoaderState(epoch=epoch, global_cursor=step * global_batch, seed=self.spec.seed,
                            spec_fingerprint=spec_fingerprint(self.spec), global_batch_size=global_batch,
-                           dataset_fingerprint=self.job.dataset_fingerprint).to_dict()
+                           dataset_fingerprint=self.job.dataset_fingerprint, manifest=self.manifest()).to_dict()
+
+    def manifest(self) -> dict[str, Any]:
+        """The job's reproducibility manifest: the dataset's identity (files with sizes and
+        versions), the format, the pipeline (transform, collate, their code's hashes) and its hash,
+        the order contract's parameters, and the service's package versions. Asked of the service
+        once, then kept."""
+        if self._manifest is None:
+            request = self._open_request()
+            request.want_manifest = True
+            self._manifest = json.loads(self._connection.open_job(request, self.timeout).manifest_json or "{}")
+        return self._manifest
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue where `state` was taken: the next iteration yields exactly the batches an
@@ -339,6 +352,15 @@ class RemoteLoader:
         world_size x batch_size is unchanged). A state taken at the end of an epoch starts the
         next epoch."""
         loaded = LoaderState.from_dict(state)
+        if loaded.manifest:
+            changed = manifest_diff.refusals(loaded.manifest, self.manifest())
+            if changed:
+                raise InvalidJobSpec("cannot resume this checkpoint: its dataset or pipeline changed since it "
+                                     "was taken: " + "; ".join(changed))
+            upgraded = manifest_diff.notes(loaded.manifest, self.manifest())
+            if upgraded:
+                log.warning("resuming on a service whose packages changed since the checkpoint: %s",
+                            ", ".join(upgraded))
         step = loaded.resume_step(self.spec, self.job.dataset_fingerprint)
         self._next_epoch = None
         if step >= len(self):

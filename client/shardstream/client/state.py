@@ -1,7 +1,7 @@
 """The loader's checkpoint: small, picklable and the same on every rank.
 
 State = (epoch, global cursor, seed, spec fingerprint, global batch size,
-dataset fingerprint). The cursor counts samples the whole job consumed this
+dataset fingerprint, and the job's reproducibility manifest). The cursor counts samples the whole job consumed this
 epoch (steps x world size x batch size), so a checkpoint written by rank 0
 resumes every rank, and it resumes a job whose world size changed as long as
 world_size x batch_size stays the same: global batch k is the same slice of
@@ -37,6 +37,7 @@ class LoaderState:
     spec_fingerprint: str
     global_batch_size: int
     dataset_fingerprint: str
+    manifest: dict[str, Any] | None = None  # the job's reproducibility manifest (manifest_diff.py)
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": STATE_VERSION, **asdict(self)}

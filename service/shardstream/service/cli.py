@@ -231,6 +231,8 @@ def _status_text(address: str, status: Any) -> str:
             f"{job.bytes_served / 1e6:.1f} MB, {job.samples_replaced} replaced; "
             f"{job.active_streams} active stream(s)"
         )
+        if job.dataset_fingerprint:
+            lines.append(f"    {job.format or 'parquet'} dataset {job.dataset_fingerprint}, pipeline {job.pipeline_hash}")
     return "\n".join(lines) + "\n"
 
 

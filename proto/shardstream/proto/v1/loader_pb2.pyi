@@ -95,19 +95,21 @@ class JobSpec(_message.Message):
     def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ..., shuffle_block: _Optional[int] = ..., format: _Optional[str] = ..., format_args_json: _Optional[str] = ..., collate: _Optional[str] = ..., pad_value: _Optional[float] = ..., weights: _Optional[str] = ..., bucket_by: _Optional[str] = ..., bucket_window: _Optional[int] = ...) -> None: ...
 
 class OpenJobRequest(_message.Message):
-    __slots__ = ("protocol_version", "job_name", "spec", "rank")
+    __slots__ = ("protocol_version", "job_name", "spec", "rank", "want_manifest")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
+    WANT_MANIFEST_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     job_name: str
     spec: JobSpec
     rank: int
-    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ...) -> None: ...
+    want_manifest: bool
+    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., want_manifest: _Optional[bool] = ...) -> None: ...
 
 class OpenJobResponse(_message.Message):
-    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files", "batch_servers")
+    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files", "batch_servers", "manifest_json")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -116,6 +118,7 @@ class OpenJobResponse(_message.Message):
     BATCHES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
     NUM_FILES_FIELD_NUMBER: _ClassVar[int]
     BATCH_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec_fingerprint: str
     dataset_fingerprint: str
@@ -124,7 +127,8 @@ class OpenJobResponse(_message.Message):
     batches_per_rank: int
     num_files: int
     batch_servers: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., batch_servers: _Optional[_Iterable[str]] = ...) -> None: ...
+    manifest_json: str
+    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., batch_servers: _Optional[_Iterable[str]] = ..., manifest_json: _Optional[str] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("name", "dtype", "shape", "data")
@@ -181,7 +185,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second")
+    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second", "format", "dataset_fingerprint", "pipeline_hash")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -193,6 +197,9 @@ class JobStatus(_message.Message):
     SAMPLES_REPLACED_FIELD_NUMBER: _ClassVar[int]
     ACTIVE_STREAMS_FIELD_NUMBER: _ClassVar[int]
     SAMPLES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
+    PIPELINE_HASH_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_name: str
     num_samples: int
@@ -204,7 +211,10 @@ class JobStatus(_message.Message):
     samples_replaced: int
     active_streams: int
     samples_per_second: float
-    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ...) -> None: ...
+    format: str
+    dataset_fingerprint: str
+    pipeline_hash: str
+    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., format: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., pipeline_hash: _Optional[str] = ...) -> None: ...
 
 class DecoderStatus(_message.Message):
     __slots__ = ("node_id", "in_flight", "decoded")

@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
+from typing import Any
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
 from shardstream.service.control.access import DatasetAccess
@@ -25,6 +26,7 @@ from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.per_sample import read_lengths, read_weights
 from shardstream.service.plan import SamplingSpec
+from shardstream.service.reproducibility import job_manifest
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.collate import build_collation
 
@@ -46,6 +48,7 @@ class Job:
     index: DatasetIndex
     sampling: SamplingSpec
     decode: DecodeJob
+    manifest: dict[str, Any] = field(default_factory=dict)  # reproducibility.py
     counters: JobCounters = field(default_factory=JobCounters)
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
     last_active: float = field(default_factory=time.monotonic)
@@ -136,7 +139,8 @@ class JobRegistry:
                            allowed_transform_modules=self.allowed_transform_modules,
                            seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
                            collate=spec.collate, pad_value=spec.pad_value)
-        return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode)
+        return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
+                   manifest=job_manifest(spec, index))
 
     def expire(self, idle_ttl_s: float, streaming: Collection[str] = ()) -> list[Job]:
         """Forget jobs that sent nothing for idle_ttl_s and have no open stream (job ids in

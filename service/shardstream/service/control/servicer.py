@@ -9,6 +9,7 @@ server down, so one job's bad input never disturbs another's stream.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -121,6 +122,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             batches_per_rank=job.sampling.batches_per_rank,
             num_files=len(job.index.shards),
             batch_servers=self.pool.batch_addresses(),
+            manifest_json=json.dumps(job.manifest, sort_keys=True) if request.want_manifest else "",
         )
 
     @unary_boundary
@@ -157,6 +159,8 @@ def _job_status(job: Job, streaming: int) -> pb.JobStatus:
         batches_served=c.batches_served, samples_served=c.samples_served,
         bytes_served=c.bytes_served, samples_replaced=c.samples_replaced,
         active_streams=streaming, samples_per_second=job.throughput.per_second(),
+        format=job.index.format, dataset_fingerprint=job.index.fingerprint,
+        pipeline_hash=job.manifest.get("pipeline", {}).get("hash", ""),
     )
 
 

@@ -1,0 +1,83 @@
+"""A job's reproducibility manifest: everything that decides which bytes each rank receives.
+
+``loader.manifest()`` returns it, ``state_dict()`` carries it, and a resumed
+job whose dataset or pipeline changed is refused naming what changed
+(client/manifest_diff.py). It holds:
+
+- the dataset's identity: the entries as given, the format and its options,
+  the fingerprint, and each shard's URL, size and version (a file's
+  generation, ETag or mtime; for image folders and manifests, a group of up
+  to 4,096 files with a digest of their versions), up to MAX_SHARDS of them;
+- the pipeline: transform, its arguments, columns, collate, the corrupt
+  policy, and the code of a user transform or collate (its module's file
+  hash and package version), with a hash of all of it;
+- the order contract's parameters;
+- the versions of what decodes on the service (shardstream, torch, pyarrow,
+  Pillow, Python).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.metadata
+import json
+import platform
+from typing import Any
+
+from shardstream.service.control.spec import JobSpec
+from shardstream.service.dataset import DatasetIndex
+
+MANIFEST_VERSION = 1
+MAX_SHARDS = 1000  # listed one by one; beyond, the fingerprint stands for them
+PACKAGES = {"shardstream": "shardstream", "torch": "torch", "pyarrow": "pyarrow", "pillow": "Pillow"}
+
+
+def job_manifest(spec: JobSpec, index: DatasetIndex) -> dict[str, Any]:
+    shards = [{"url": s.url, "size": s.size, "version": s.version, "samples": s.num_rows} for s in index.shards]
+    pipeline: dict[str, Any] = {
+        "transform": spec.transform, "transform_args": json.loads(spec.transform_args),
+        "columns": list(spec.columns), "collate": spec.collate, "pad_value": spec.pad_value,
+        "on_corrupt": spec.on_corrupt,
+        "code": {name: code_identity(name) for name in (spec.transform, spec.collate) if ":" in name},
+    }
+    pipeline["hash"] = hashlib.sha256(json.dumps(pipeline, sort_keys=True).encode()).hexdigest()[:16]
+    return {
+        "version": MANIFEST_VERSION,
+        "dataset": {"entries": list(spec.dataset), "format": index.format,
+                    "format_args": json.loads(spec.format_args), "fingerprint": index.fingerprint,
+                    "samples": index.num_rows, "shard_count": len(shards), "shards": shards[:MAX_SHARDS]},
+        "pipeline": pipeline,
+        "order": {"world_size": spec.world_size, "batch_size": spec.batch_size, "shuffle": spec.shuffle,
+                  "seed": spec.seed, "drop_last": spec.drop_last, "shuffle_block": spec.shuffle_block,
+                  "weights": spec.weights, "bucket_by": spec.bucket_by, "bucket_window": spec.bucket_window},
+        "service": {**{name: _version(dist) for name, dist in PACKAGES.items()}, "python": platform.python_version()},
+    }
+
+
+def code_identity(name: str) -> dict[str, str]:
+    """A user transform's or collate's code: its module file's hash and its package's version."""
+    module_name = name.partition(":")[0]
+    identity = {"module": module_name}
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        return identity
+    path = getattr(module, "__file__", None)
+    if path:
+        with open(path, "rb") as f:
+            identity["sha256"] = hashlib.sha256(f.read()).hexdigest()[:16]
+    version = _version(module_name.split(".")[0])
+    if version:
+        identity["version"] = version
+    return identity
+
+
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+__all__ = ["MANIFEST_VERSION", "MAX_SHARDS", "code_identity", "job_manifest"]
