@@ -64,7 +64,7 @@ def service(local_ray: None) -> Iterator[tuple[Service, str]]:
     from shardstream.service.control.server import create_server
 
     running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5, metrics_port=0,
-                                                allowed_transform_modules=("tests.transforms",)))
+                                                allowed_transform_modules=("tests.transforms", "examples.formats")))
     yield running, f"127.0.0.1:{port}"
     running.stop(grace=1.0)
 

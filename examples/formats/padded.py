@@ -3,7 +3,8 @@
     .venv/bin/python examples/formats/padded.py --address 127.0.0.1:50051 [--data gs://bucket/docs/]
 
 A list column becomes [B, Lmax] (pad_value where a document is shorter) plus <column>_lengths;
-a string column arrives as a list of str.
+a string column arrives as a list of str. bucket_by groups documents of similar length into a batch
+(the same documents per rank and epoch, less padding).
 """
 
 from __future__ import annotations
@@ -24,4 +25,4 @@ def write_sample(directory: str) -> str:
 
 
 if __name__ == "__main__":
-    run(__doc__.splitlines()[0], write_sample, collate="pad", pad_value=-1)
+    run(__doc__.splitlines()[0], write_sample, collate="pad", pad_value=-1, bucket_by="ids", bucket_window=3)
