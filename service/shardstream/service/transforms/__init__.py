@@ -48,19 +48,26 @@ def _import_factory(name: str, allowed_modules: tuple[str, ...]) -> Callable[...
             f"unknown transform {name!r}: built-ins are {sorted(BUILTIN)}; "
             "a user transform is named 'package.module:factory'"
         )
+    return import_allowed(name, allowed_modules, "transform")  # type: ignore[no-any-return]
+
+
+def import_allowed(name: str, allowed_modules: tuple[str, ...], kind: str) -> Callable[..., Any]:
+    """The callable `package.module:attr` names, when its module is under an allowed prefix (the
+    service's --allow-transform-module): user transforms and user collates alike."""
+    module_name, _, attr = name.partition(":")
     if not any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in allowed_modules):
         raise TransformNotAllowed(
-            f"transform module {module_name!r} is not allowed on this service "
+            f"{kind} module {module_name!r} is not allowed on this service "
             f"(allowed prefixes: {list(allowed_modules) or 'none'}; see --allow-transform-module)"
         )
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise UnknownTransform(f"transform module {module_name!r} is not installed on the service: {exc}") from None
-    factory = getattr(module, attr, None)
-    if not callable(factory):
+        raise UnknownTransform(f"{kind} module {module_name!r} is not installed on the service: {exc}") from None
+    found = getattr(module, attr, None)
+    if not callable(found):
         raise UnknownTransform(f"{module_name!r} has no callable {attr!r}")
-    return factory  # type: ignore[no-any-return]
+    return found  # type: ignore[no-any-return]
 
 
-__all__ = ["BUILTIN", "SampleTransform", "build_transform", "collate", "sample_rng"]
+__all__ = ["BUILTIN", "SampleTransform", "build_transform", "collate", "import_allowed", "sample_rng"]

@@ -11,15 +11,15 @@ per-sample dicts to a dict of arrays, tensors or lists of strings.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from shardstream.proto.errors import InvalidJobSpec, TransformNotAllowed, UnknownTransform
+from shardstream.proto.errors import InvalidJobSpec, UnknownTransform
 from shardstream.proto.wire import WIRE_DTYPES, WireTensor, bfloat16_bits, pack_strings
+from shardstream.service.transforms import import_allowed
 from shardstream.service.transforms.base import Sample
 
 Batch = dict[str, "np.ndarray | WireTensor"]
@@ -49,17 +49,7 @@ def build_collation(name: str, pad_value: float, allowed_modules: tuple[str, ...
     if not sep or not module_name or not attr:
         raise UnknownTransform(f"unknown collate {name!r}: built-ins are '' (stack) and 'pad'; a user collate "
                                "is named 'package.module:function'")
-    if not any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in allowed_modules):
-        raise TransformNotAllowed(f"collate module {module_name!r} is not allowed on this service (allowed "
-                                  f"prefixes: {list(allowed_modules) or 'none'}; see --allow-transform-module)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise UnknownTransform(f"collate module {module_name!r} is not installed on the service: {exc}") from None
-    function = getattr(module, attr, None)
-    if not callable(function):
-        raise UnknownTransform(f"{module_name!r} has no callable {attr!r}")
-    return Collation(name, pad_value, function)
+    return Collation(name, pad_value, import_allowed(name, allowed_modules, "collate"))
 
 
 def collate_samples(samples: Sequence[Sample], collation: Collation) -> Batch:
