@@ -11,10 +11,15 @@ import ray
 from ray.cluster_utils import Cluster
 
 NODE_STORE = 80 * 2**20  # each node's object store
+# A simulated node starting while the suite keeps both cores busy can miss Ray's heartbeats for
+# longer than its default allowance (5 checks, 15-25 s) and be declared dead, which tests nothing of
+# ours: allow about two minutes.
+SYSTEM_CONFIG = {"health_check_failure_threshold": 40}
 
 
 def new_cluster() -> Cluster:
-    return Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE})
+    return Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "object_store_memory": NODE_STORE,
+                                                         "_system_config": SYSTEM_CONFIG})
 
 
 def add_decode_node(cluster: Cluster, env: dict[str, str] | None = None) -> object:

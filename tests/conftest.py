@@ -33,9 +33,11 @@ def ray_cluster() -> Iterator[str]:
     """
     from ray.cluster_utils import Cluster
 
+    from tests.cluster import SYSTEM_CONFIG
+
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 2, "resources": {"decode": 4}, "object_store_memory": TEST_OBJECT_STORE_BYTES,
-        "include_dashboard": False})
+        "include_dashboard": False, "_system_config": SYSTEM_CONFIG})
     yield cluster.address
     cluster.shutdown()
 
