@@ -53,6 +53,8 @@ def test_list_columns_pad_strings_arrive_as_str_and_float16_keeps_its_dtype(serv
 def test_a_list_column_without_pad_is_refused_at_open(service_address: str, documents: str) -> None:
     with pytest.raises(InvalidJobSpec, match=r"column 'ids' holds lists of varying length.*collate='pad'"):
         loader(service_address, documents)
+    with loader(service_address, documents, columns=["idx"], bucket_by="ids") as it:  # lengths only, not batched
+        assert list(next(iter(it))) == ["idx"]
     with loader(service_address, documents, columns=["idx", "caption"]) as it:  # strings need no pad
         assert next(iter(it))["caption"][0].startswith("document ")
 

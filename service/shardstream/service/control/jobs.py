@@ -16,6 +16,8 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
+import pyarrow as pa
+
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.rate import RateMeter
@@ -126,7 +128,8 @@ class JobRegistry:
         index = index_dataset(spec.dataset, columns, allow=self.access.check, format=spec.format,
                               format_args=job_format_args(spec.format, spec.format_args, spec.transform_kwargs))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
-        check_job_schema(index.schema, transform, spec.collate)
+        selected = [f for f in index.schema if not spec.columns or f.name in spec.columns]  # not the plan's
+        check_job_schema(pa.schema(selected), transform, spec.collate)
         job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
                                 spec.seed, spec.drop_last, spec.shuffle_block,
