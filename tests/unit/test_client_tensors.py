@@ -12,7 +12,8 @@ import torch
 
 from shardstream.client.loader import RemoteLoader
 from shardstream.client.tensors import TORCH_DTYPES, batch_to_tensors, pin_available
-from shardstream.proto.wire import BFLOAT16, WIRE_DTYPES, BatchView, encode_batch, parse_batch
+from shardstream.proto.wire import WIRE_DTYPES, BatchView, encode_batch, parse_batch
+from shardstream.proto.wire_values import BFLOAT16
 
 
 def _batch(**arrays: np.ndarray) -> BatchView:

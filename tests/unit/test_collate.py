@@ -9,14 +9,8 @@ import torch
 
 from shardstream.client.tensors import batch_to_tensors
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec, TransformNotAllowed
-from shardstream.proto.wire import (
-    STRINGS,
-    WireError,
-    bfloat16_bits,
-    encode_batch,
-    pack_strings,
-    parse_batch,
-)
+from shardstream.proto.wire import WireError, encode_batch, parse_batch
+from shardstream.proto.wire_values import STRINGS, bfloat16_bits, pack_strings
 from shardstream.service.node.reader import Piece
 from shardstream.service.transforms.collate import (
     Collation,

@@ -23,11 +23,11 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from shardstream.client import manifest_diff
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
+from shardstream.client.job_spec import job_spec
 from shardstream.client.profiling import NamedWaits
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
@@ -44,22 +44,10 @@ from shardstream.proto.v1 import loader_pb2 as pb
 
 log = logging.getLogger(__name__)
 
-_CORRUPT = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
 # The window in bytes when prefetch_bytes is not given: batches received or in flight and not yet
 # consumed, across all of the rank's decoders.
 DEFAULT_WINDOW_BYTES = 512 * 2**20
 _LOADERS_CREATED = itertools.count()  # this process's loaders, in creation order (default_job_name)
-
-
-def _format_args(given: Mapping[str, Any] | None, **named: Any) -> dict[str, Any]:
-    """The format's options: `given`, plus the named ones that were set."""
-    args = dict(given or {})
-    for key, value in named.items():
-        if value is not None:
-            if key in args and args[key] != value:
-                raise InvalidJobSpec(f"{key}={value!r} and format_args[{key!r}]={args[key]!r} disagree")
-            args[key] = value
-    return args
 
 
 class RemoteLoader:
@@ -163,8 +151,6 @@ class RemoteLoader:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
         if prefetch_bytes is not None and prefetch_bytes < 1:
             raise InvalidJobSpec(f"prefetch_bytes must be >= 1, got {prefetch_bytes}")
-        if on_corrupt not in _CORRUPT:
-            raise InvalidJobSpec(f"on_corrupt must be 'fail' or 'skip', got {on_corrupt!r}")
         self.address = address
         self.rank, self.world_size = resolve_rank_world(rank, world_size)
         self.prefetch = prefetch
@@ -177,17 +163,12 @@ class RemoteLoader:
         self._next_epoch: int | None = None
         self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
         self.stats = LoaderStats()  # batches, samples, bytes delivered; time the loop waited
-        datasets = [dataset] if isinstance(dataset, str) else list(dataset)
-        self.spec = pb.JobSpec(
-            dataset=datasets, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-            world_size=self.world_size, shuffle_block=shuffle_block or 0,
-            transform=pb.TransformSpec(name=transform or "", args_json=json.dumps(dict(transform_args or {}))),
-            columns=list(columns or ()), on_corrupt=_CORRUPT[on_corrupt],
-            format=format or "", format_args_json=json.dumps(_format_args(format_args, seq_len=seq_len,
-                                                                          dtype=dtype, url_column=url_column)),
-            collate=collate or "", pad_value=pad_value, weights=weights or "",
-            bucket_by=bucket_by or "", bucket_window=bucket_window if bucket_by else 0,
-        )
+        self.spec = job_spec(
+            dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
+            world_size=self.world_size, shuffle_block=shuffle_block, transform=transform,
+            transform_args=transform_args, columns=columns, on_corrupt=on_corrupt, format=format,
+            format_args=format_args, seq_len=seq_len, dtype=dtype, url_column=url_column, collate=collate,
+            pad_value=pad_value, weights=weights, bucket_by=bucket_by, bucket_window=bucket_window)
         self.job_name = (job_name if job_name is not None
                          else default_job_name(next(_LOADERS_CREATED), self.world_size))
         self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout
@@ -353,14 +334,7 @@ class RemoteLoader:
         next epoch."""
         loaded = LoaderState.from_dict(state)
         if loaded.manifest:
-            changed = manifest_diff.refusals(loaded.manifest, self.manifest())
-            if changed:
-                raise InvalidJobSpec("cannot resume this checkpoint: its dataset or pipeline changed since it "
-                                     "was taken: " + "; ".join(changed))
-            upgraded = manifest_diff.notes(loaded.manifest, self.manifest())
-            if upgraded:
-                log.warning("resuming on a service whose packages changed since the checkpoint: %s",
-                            ", ".join(upgraded))
+            loaded.check_manifest(self.manifest())
         step = loaded.resume_step(self.spec, self.job.dataset_fingerprint)
         self._next_epoch = None
         if step >= len(self):

@@ -11,11 +11,15 @@ the epoch's order either way (see docs/reliability.md).
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from shardstream.client import manifest_diff
 from shardstream.proto.errors import InvalidJobSpec
 from shardstream.proto.v1 import loader_pb2 as pb
+
+log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
 
@@ -53,6 +57,18 @@ class LoaderState:
         if loaded.epoch < 0 or loaded.global_cursor < 0 or loaded.global_batch_size <= 0:
             raise InvalidJobSpec(f"loader state is out of range: {state!r}")
         return loaded
+
+    def check_manifest(self, now: dict[str, Any]) -> None:
+        """Refuse a resume whose dataset, pipeline or order changed since this state was taken,
+        naming what changed; log a change of the service's packages (manifest_diff.py)."""
+        assert self.manifest is not None
+        changed = manifest_diff.refusals(self.manifest, now)
+        if changed:
+            raise InvalidJobSpec("cannot resume this checkpoint: its dataset or pipeline changed since it was "
+                                 "taken: " + "; ".join(changed))
+        upgraded = manifest_diff.notes(self.manifest, now)
+        if upgraded:
+            log.warning("resuming on a service whose packages changed since the checkpoint: %s", ", ".join(upgraded))
 
     def resume_step(self, spec: pb.JobSpec, dataset_fingerprint: str) -> int:
         """The step this loader resumes at, or a clear error if it cannot resume this state."""

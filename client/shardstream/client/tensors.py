@@ -19,7 +19,8 @@ import warnings
 import numpy as np
 import torch
 
-from shardstream.proto.wire import BFLOAT16, STRINGS, BatchView, TensorView
+from shardstream.proto.wire import BatchView, TensorView
+from shardstream.proto.wire_values import BFLOAT16, STRINGS
 
 # The message bytes are read-only to Python, but this batch is their only user. Scoped to this
 # module and installed once: ``catch_warnings`` would race with the training thread's filters.

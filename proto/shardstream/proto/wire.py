@@ -29,16 +29,19 @@ from typing import Any
 
 import numpy as np
 
+from shardstream.proto.wire_values import (
+    BFLOAT16,
+    BFLOAT16_BITS,
+    STRINGS,
+    WireError,
+    WireTensor,
+    unpack_strings,
+)
 from shardstream.proto.writable_bytes import writable_bytes
 
 # numpy dtype names that travel; the client maps each to the torch dtype of the same layout.
 WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
-# Two more travel as a WireTensor: B strings (int64 offsets [B+1], then their UTF-8 bytes; the
-# client gives list[str]) and bfloat16 (2-byte brain floats, numpy has no dtype for: their bits
-# as uint16 on the service side, torch.bfloat16 on the client).
-STRINGS = "str"
-BFLOAT16 = "bfloat16"
-_BFLOAT16_BITS = np.dtype("<u2")
+# Two more travel as a WireTensor (wire_values.py): strings and bfloat16.
 
 # Field numbers of Batch and Tensor in loader.proto.
 _BATCH_EPOCH, _BATCH_RANK, _BATCH_STEP, _BATCH_TENSORS, _BATCH_INDICES, _BATCH_REPLACED = 1, 2, 3, 4, 5, 6
@@ -48,10 +51,6 @@ _SHARED_SLOT, _SHARED_SIZE = 1, 2
 _OFFER_PORT, _OFFER_TOKEN = 1, 2
 _VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
 _MASK64 = (1 << 64) - 1
-
-
-class WireError(ValueError):
-    """Bytes that are not a well-formed Batch message."""
 
 
 @dataclass(frozen=True)
@@ -67,7 +66,7 @@ class TensorView:
             raise WireError(f"tensor {self.name!r} holds strings: read it with strings()")
         if self.dtype not in WIRE_DTYPES and self.dtype != BFLOAT16:
             raise WireError(f"tensor {self.name!r} has unknown dtype {self.dtype!r}")
-        dtype = _BFLOAT16_BITS if self.dtype == BFLOAT16 else np.dtype(self.dtype)
+        dtype = BFLOAT16_BITS if self.dtype == BFLOAT16 else np.dtype(self.dtype)
         expected = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
         if expected != len(self.data):
             raise WireError(f"tensor {self.name!r}: shape {self.shape} x {self.dtype} needs {expected} bytes, "
@@ -78,51 +77,7 @@ class TensorView:
         """The strings of a ``str`` tensor, checked against its offsets."""
         if self.dtype != STRINGS or len(self.shape) != 1:
             raise WireError(f"tensor {self.name!r} ({self.dtype} {self.shape}) is not a list of strings")
-        count = self.shape[0]
-        head = 8 * (count + 1)
-        if len(self.data) < head:
-            raise WireError(f"tensor {self.name!r}: {count} strings need {head} bytes of offsets, got {len(self.data)}")
-        offsets = np.frombuffer(self.data[:head], dtype="<i8")
-        payload = bytes(self.data[head:])
-        if offsets[0] != 0 or offsets[-1] != len(payload) or (count and (np.diff(offsets) < 0).any()):
-            raise WireError(f"tensor {self.name!r}: string offsets do not describe its {len(payload)} bytes")
-        try:
-            return [payload[a:b].decode("utf-8") for a, b in zip(offsets[:-1].tolist(), offsets[1:].tolist(),
-                                                                    strict=True)]
-        except UnicodeDecodeError as exc:
-            raise WireError(f"tensor {self.name!r} holds bytes that are not UTF-8: {exc}") from None
-
-
-@dataclass(frozen=True)
-class WireTensor:
-    """A batch value whose bytes travel under a dtype numpy has no name for: `data` is the bytes
-    as they travel (packed strings as uint8, bfloat16 as its uint16 bits), `dtype` and `shape`
-    what the client makes of them."""
-
-    data: np.ndarray
-    dtype: str
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.data.nbytes)
-
-
-def pack_strings(values: Sequence[str]) -> WireTensor:
-    """B strings as one ``str`` tensor: int64 offsets [B+1], then the UTF-8 bytes."""
-    encoded = [value.encode("utf-8") for value in values]
-    offsets = np.zeros(len(encoded) + 1, dtype="<i8")
-    np.cumsum([len(e) for e in encoded], out=offsets[1:])
-    data = np.empty(offsets.nbytes + int(offsets[-1]), dtype=np.uint8)
-    data[: offsets.nbytes] = offsets.view(np.uint8)
-    data[offsets.nbytes :] = np.frombuffer(b"".join(encoded), dtype=np.uint8)
-    return WireTensor(data, STRINGS, (len(encoded),))
-
-
-def bfloat16_bits(bits: np.ndarray) -> WireTensor:
-    """bfloat16 values given as their bits (uint16/int16, any shape)."""
-    data = np.ascontiguousarray(bits).view(_BFLOAT16_BITS)
-    return WireTensor(data, BFLOAT16, tuple(data.shape))
+        return unpack_strings(self.name, self.shape[0], self.data)
 
 
 @dataclass(frozen=True)
@@ -444,6 +399,6 @@ def _parse_offer(buf: memoryview) -> BulkOffer:
     return BulkOffer(port, token)
 
 
-__all__ = ["BFLOAT16", "STRINGS", "WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "BulkOffer", "FrameHeader", "SharedRef",
-           "TensorSpec", "TensorView", "WireError", "WireTensor", "bfloat16_bits", "encode_batch", "encode_bulk", "encode_bulk_offer",
-           "encode_shared", "pack_strings", "parse_batch"]
+__all__ = ["WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "BulkOffer", "FrameHeader", "SharedRef",
+           "TensorSpec", "TensorView", "WireError", "encode_batch", "encode_bulk", "encode_bulk_offer",
+           "encode_shared", "parse_batch"]

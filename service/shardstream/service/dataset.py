@@ -133,11 +133,22 @@ def canonical_url(entry: str) -> str:
     return f"{protocols[0]}://{path}"
 
 
-def _allow_any(url: str) -> None:
-    pass
+def allow_any(url: str) -> None:
+    """The access check of a service with no allowed_dataset_prefixes (control/access.py)."""
 
 
-def resolve_urls(dataset: tuple[str, ...], allow: Callable[[str], None] = _allow_any,
+def stat_file(url: str, what: str) -> tuple[fsspec.AbstractFileSystem, str, int, str]:
+    """(filesystem, path, size, version) of a file a dataset lists; DatasetNotFound naming it as
+    `what` ("shard", "token file", "manifest") when it does not exist."""
+    try:
+        fs, path = fsspec.core.url_to_fs(url)
+        info = fs.info(path)
+    except FileNotFoundError:
+        raise DatasetNotFound(f"{what} {url!r} does not exist") from None
+    return fs, path, int(info["size"]), file_version(info)
+
+
+def resolve_urls(dataset: tuple[str, ...], allow: Callable[[str], None] = allow_any,
                  suffixes: tuple[str, ...] = (".parquet", ".parq", ".pq"), kind: str = "Parquet") -> list[str]:
     """Expand directories and globs into a sorted, de-duplicated list of file URLs: a directory
     contributes the files under it whose names end with one of `suffixes` (`kind` names them in
@@ -208,5 +219,5 @@ def brief(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}: {f.type}" for f in schema)
 
 
-__all__ = ["UNREADABLE_COLUMN", "DatasetIndex", "Shard", "brief", "canonical_url", "check_columns", "file_version", "in_parallel",
-           "is_listed", "resolve_urls"]
+__all__ = ["UNREADABLE_COLUMN", "DatasetIndex", "Shard", "allow_any", "brief", "canonical_url", "check_columns", "file_version", "in_parallel",
+           "is_listed", "resolve_urls", "stat_file"]

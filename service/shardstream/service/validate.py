@@ -4,8 +4,8 @@ A job that dies hours in on one corrupt JPEG, or that is refused at open
 because a token file is truncated, costs a cluster's time. This opens the
 dataset exactly as the service would (``index_dataset``, ``build_transform``,
 ``check_job_schema``), reads units through the decoders' ``StorageReader``,
-and runs samples through the decoders' per-sample path (``_prepare`` and
-``_augment`` of node/batching.py; with no transform, ``decode_batch`` itself
+and runs samples through the decoders' per-sample path (``transform_sample``
+of node/batching.py; with no transform, ``decode_batch`` itself
 gathers the columns into batch arrays), so what passes here passes there.
 
 What is checked: every sample with ``sample=None`` (``--full``), else about
@@ -16,12 +16,11 @@ least once. Decoded samples must also stack into one batch (the same keys and
 shapes), unless the transform collates them itself.
 
 Nothing here prints: `validate` returns a `ValidationReport`, and
-`report_text` / `report_json` render it for the command line.
+`report_text` / `report_json` (validate_report.py) render it for the command line.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -40,16 +39,23 @@ from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.node.batching import (
     DecodeJob,
     UnreadableSample,
-    _augment,
-    _prepare,
     check_job_schema,
     decode_batch,
+    transform_sample,
 )
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.collate import Collation, build_collation
+from shardstream.service.validate_report import (
+    BadSample,
+    BadUnit,
+    ValidationReport,
+    parse_option,
+    report_json,
+    report_text,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,47 +63,6 @@ DEFAULT_SAMPLE = 64
 SAMPLE_SEED = 0  # which samples `--sample K` picks: the same ones every run
 AUGMENT_SEED, AUGMENT_EPOCH = 0, 0  # augment runs as it would for a job with seed 0, epoch 0
 CHUNK_SAMPLES = 32  # samples one task runs through a transform
-
-
-@dataclass(frozen=True)
-class BadSample:
-    """A sample that cannot be read or decoded: its global index, where it is, and why."""
-
-    index: int
-    where: str
-    error: str
-
-
-@dataclass(frozen=True)
-class BadUnit:
-    """A unit (row group, run of samples, group of files) of a shard that cannot be read."""
-
-    shard: str
-    unit: int
-    error: str
-
-
-@dataclass
-class ValidationReport:
-    """What `validate` found. `error` is set when the dataset could not be opened at all (a bad
-    spec, a missing or broken file found at open); then nothing was read."""
-
-    format: str = ""
-    fingerprint: str = ""
-    shards: int = 0
-    units: int = 0
-    samples: int = 0
-    schema: list[tuple[str, str]] = field(default_factory=list)
-    full: bool = False
-    checked: int = 0  # samples decoded (those of unreadable units are not)
-    units_read: int = 0
-    corrupt: list[BadSample] = field(default_factory=list)
-    unreadable: list[BadUnit] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.error is None and not self.corrupt and not self.unreadable
 
 
 def validate(dataset: tuple[str, ...], *, format: str = "", format_args: dict[str, Any] | None = None,
@@ -340,7 +305,7 @@ class _Checker:
         for index, row in zip(task.indices.tolist(), rows, strict=True):
             outcome.checked += 1
             try:
-                sample = _augment(transform, _prepare(transform, row), AUGMENT_SEED, AUGMENT_EPOCH, index)
+                sample = transform_sample(transform, row, AUGMENT_SEED, AUGMENT_EPOCH, index)
             except UnreadableSample as exc:
                 outcome.corrupt.append(BadSample(index, self.index.describe(index), f"cannot be read: {exc}"))
                 continue
@@ -384,55 +349,5 @@ def _shape_text(signature: Signature) -> str:
     return "{" + ", ".join(f"{key}: {list(shape)}" for key, shape in signature) + "}"
 
 
-# -- output ---------------------------------------------------------------------------------------
-
-def report_json(report: ValidationReport) -> str:
-    """One JSON object, for scripts."""
-    document: dict[str, Any] = {
-        "format": report.format, "fingerprint": report.fingerprint, "shards": report.shards,
-        "units": report.units, "samples": report.samples,
-        "schema": [{"name": name, "type": kind} for name, kind in report.schema],
-        "full": report.full, "checked": report.checked, "units_read": report.units_read,
-        "corrupt": [{"index": b.index, "where": b.where, "error": b.error} for b in report.corrupt],
-        "unreadable": [{"shard": b.shard, "unit": b.unit, "error": b.error} for b in report.unreadable],
-        "ok": report.ok,
-    }
-    if report.error is not None:
-        document["error"] = report.error
-    return json.dumps(document)
-
-
-def report_text(report: ValidationReport) -> str:
-    """What a person reads: the dataset, then every problem, then the verdict."""
-    if report.error is not None:
-        return f"error: {report.error}\nFAILED: the dataset cannot be opened as a job would open it\n"
-    lines = [f"format: {report.format}", f"fingerprint: {report.fingerprint}",
-             f"shards: {report.shards} ({report.units} units)", f"samples: {report.samples:,}",
-             f"schema: {len(report.schema)} column(s)"]
-    lines += [f"  {name}: {kind}" for name, kind in report.schema]
-    how = "all: --full" if report.full else "a spread sample; --full checks every one"
-    lines.append(f"checked: {report.checked:,} of {report.samples:,} samples ({how}); read {report.units_read:,} "
-                 f"of {report.units:,} units")
-    lines += [f"corrupt: sample {b.index} ({b.where}): {b.error}" for b in report.corrupt]
-    lines += [f"unreadable: unit {b.unit} of {b.shard}: {b.error}" for b in report.unreadable]
-    if report.ok:
-        lines.append("OK")
-    else:
-        lines.append(f"FAILED: {len(report.corrupt)} corrupt sample(s), {len(report.unreadable)} unreadable unit(s)")
-    return "\n".join(lines) + "\n"
-
-
-def parse_option(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` from the command line: VALUE as JSON (``seq_len=1024``, ``flip=false``,
-    ``size=[224,224]``), or as the plain string when it is not JSON (``dtype=uint16``)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise ValueError(f"expected KEY=VALUE, got {text!r}")
-    try:
-        return key.strip(), json.loads(value)
-    except json.JSONDecodeError:
-        return key.strip(), value
-
-
-__all__ = ["BadSample", "BadUnit", "ValidationReport", "job_format_args", "parse_option", "report_json",
-           "report_text", "sample_indices", "validate"]
+__all__ = ["BadSample", "BadUnit", "ValidationReport", "parse_option", "report_json", "report_text",
+           "sample_indices", "validate"]

@@ -13,7 +13,7 @@ import logging
 from typing import Any
 
 from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
-from shardstream.service.dataset import DatasetIndex, filesystem, is_listed
+from shardstream.service.dataset import DatasetIndex, allow_any, filesystem, is_listed
 from shardstream.service.formats.base import Allow, DatasetFormat
 from shardstream.service.formats.imagefolder import ImageFolderFormat
 from shardstream.service.formats.manifest import ManifestFormat
@@ -61,11 +61,7 @@ def _kind(entry: str, allow: Allow) -> str:
     return "webdataset" if tars and not any(p.lower().endswith(PARQUET_SUFFIXES) for p in files) else "parquet"
 
 
-def _allow_any(url: str) -> None:
-    pass
-
-
-def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), allow: Allow = _allow_any,
+def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), allow: Allow = allow_any,
                   format: str = "", format_args: dict[str, Any] | str | None = None) -> DatasetIndex:
     """The dataset's index, built by its format (named, or detected from the dataset's names)."""
     args = json.loads(format_args) if isinstance(format_args, str) else dict(format_args or {})

@@ -21,7 +21,6 @@ import logging
 import posixpath
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
@@ -37,8 +36,8 @@ from shardstream.service.dataset import (
     Shard,
     brief,
     check_columns,
-    file_version,
     resolve_urls,
+    stat_file,
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
 from shardstream.service.formats.files import file_shards, read_file_unit
@@ -51,9 +50,8 @@ OPTIONS = {"url_column": "url", "bytes_column": "bytes"}
 
 def _read_table(url: str) -> tuple[pa.Table, str]:
     """A manifest file's rows and its identity (URL, size, version)."""
+    fs, path, size, version = stat_file(url, "manifest")
     try:
-        fs, path = fsspec.core.url_to_fs(url)
-        info = fs.info(path)
         with fs.open(path, "rb") as f:
             table = pacsv.read_csv(f) if path.lower().endswith(".csv") else pq.read_table(f)
     except FileNotFoundError:
@@ -61,7 +59,7 @@ def _read_table(url: str) -> tuple[pa.Table, str]:
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UnreadableShard(f"manifest {url!r} is not a readable {'CSV' if url.lower().endswith('.csv') else 'Parquet'} "
                               f"table: {exc}") from None
-    return table.replace_schema_metadata(None), f"{url}\0{info.get('size')}\0{file_version(info)}"
+    return table.replace_schema_metadata(None), f"{url}\0{size}\0{version}"
 
 
 def _absolute(url: str, manifest: str) -> str:

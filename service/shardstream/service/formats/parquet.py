@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -15,9 +14,9 @@ from shardstream.service.dataset import (
     Shard,
     brief,
     check_columns,
-    file_version,
     in_parallel,
     resolve_urls,
+    stat_file,
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
 
@@ -28,10 +27,8 @@ SUFFIXES = (".parquet", ".parq", ".pq")
 
 def read_shard(url: str) -> tuple[Shard, pa.Schema]:
     """A shard's footer: size, rows, row groups, schema."""
+    fs, path, size, version = stat_file(url, "shard")
     try:
-        fs, path = fsspec.core.url_to_fs(url)
-        info = fs.info(path)
-        size, version = int(info["size"]), file_version(info)
         with fs.open(path, "rb") as f:
             meta = pq.ParquetFile(f).metadata
             schema = meta.schema.to_arrow_schema()

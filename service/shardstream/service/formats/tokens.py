@@ -18,7 +18,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import fsspec
 import numpy as np
 import pyarrow as pa
 from numpy.lib import format as npy_format
@@ -28,9 +27,9 @@ from shardstream.service.dataset import (
     DatasetIndex,
     Shard,
     check_columns,
-    file_version,
     in_parallel,
     resolve_urls,
+    stat_file,
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
 
@@ -86,26 +85,22 @@ def _parse_args(args: dict[str, Any]) -> tuple[int, np.dtype | None]:
 
 def _stat(url: str, dtype: np.dtype | None) -> TokenFile:
     """A file's size, version and token count (and for .npy, its header)."""
-    try:
-        fs, path = fsspec.core.url_to_fs(url)
-        info = fs.info(path)
-        size, version = int(info["size"]), file_version(info)
-        header, found = 0, dtype
-        if url.lower().endswith(".npy"):
+    fs, path, size, version = stat_file(url, "token file")
+    header, found = 0, dtype
+    if url.lower().endswith(".npy"):
+        try:
             with fs.open(path, "rb", block_size=4096) as f:
                 major, _minor = npy_format.read_magic(f)
                 read_header = npy_format.read_array_header_1_0 if major == 1 else npy_format.read_array_header_2_0
                 shape, fortran, found = read_header(f)
                 header = f.tell()
-            if found.kind not in "iu" or (len(shape) > 1 and fortran):
-                raise UnreadableShard(f"token file {url!r} holds {found} in shape {shape}: tokens are a flat "
-                                      "array of one integer dtype")
-            if dtype is not None and found != dtype:
-                raise UnreadableShard(f"token file {url!r} holds {found}, but dtype={str(dtype)!r} was asked for")
-    except FileNotFoundError:
-        raise DatasetNotFound(f"token file {url!r} does not exist") from None
-    except (OSError, ValueError) as exc:
-        raise UnreadableShard(f"token file {url!r} cannot be read: {exc}") from None
+        except (OSError, ValueError) as exc:
+            raise UnreadableShard(f"token file {url!r} cannot be read: {exc}") from None
+        if found.kind not in "iu" or (len(shape) > 1 and fortran):
+            raise UnreadableShard(f"token file {url!r} holds {found} in shape {shape}: tokens are a flat "
+                                  "array of one integer dtype")
+        if dtype is not None and found != dtype:
+            raise UnreadableShard(f"token file {url!r} holds {found}, but dtype={str(dtype)!r} was asked for")
     if found is None:
         raise InvalidJobSpec(f"{url!r} is a raw token file: give its dtype (dtype='uint16' or 'uint32')")
     payload = size - header

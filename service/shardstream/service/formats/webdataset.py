@@ -28,14 +28,14 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from shardstream.proto.errors import DatasetNotFound, UnreadableShard
+from shardstream.proto.errors import UnreadableShard
 from shardstream.service.dataset import (
     DatasetIndex,
     Shard,
     check_columns,
-    file_version,
     in_parallel,
     resolve_urls,
+    stat_file,
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
 
@@ -168,17 +168,12 @@ def _units(members: TarMembers) -> tuple[int, ...]:
 
 
 def _shard(url: str) -> tuple[Shard, TarMembers]:
-    try:
-        fs, path = fsspec.core.url_to_fs(url)
-        info = fs.info(path)
-    except FileNotFoundError:
-        raise DatasetNotFound(f"shard {url!r} does not exist") from None
-    size, version = int(info["size"]), file_version(info)
+    _, _, size, version = stat_file(url, "shard")
     try:
         members = SCANS.get(url, size, version)
-    except OSError as exc:
-        if isinstance(exc, UnreadableShard):
-            raise
+    except UnreadableShard:
+        raise
+    except OSError as exc:  # the store, mid-scan
         raise UnreadableShard(f"{url!r} cannot be read: {exc}") from None
     firsts = _units(members)
     samples = len(members.keys)

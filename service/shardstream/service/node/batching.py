@@ -25,7 +25,8 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
-from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader, WireTensor
+from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader
+from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex
 from shardstream.service.node.prepared_cache import JobSamples
@@ -95,8 +96,12 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     node's prepared-sample cache holds skip reading and ``prepare``; the others are added to it."""
     if transform is None:
         if collation.function is not None:  # a user collate of the rows
-            records = [_readable(job, int(index), row)
-                       for index, row in zip(indices, reader.read(indices).to_pylist(), strict=True)]
+            records = []
+            for index, row in zip(indices.tolist(), reader.read(indices).to_pylist(), strict=True):
+                try:
+                    records.append(readable(row))
+                except UnreadableSample as exc:
+                    raise _corrupt(job, index, exc) from None
             return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
         pieces = reader.pieces(indices)
         variable = variable_columns(pieces[0].table.schema) if pieces else []
@@ -125,13 +130,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 samples.append(_augment(transform, sample, job.seed, epoch, index))
             except Exception as exc:
                 if job.on_corrupt != "skip":
-                    if isinstance(exc, UnreadableSample):
-                        raise CorruptSample(f"sample {index} ({job.index.describe(index)}) cannot be read: "
-                                            f"{exc}") from None
-                    raise CorruptSample(
-                        f"sample {index} ({job.index.describe(index)}) failed in transform "
-                        f"{job.transform!r}: {type(exc).__name__}: {exc}"
-                    ) from None
+                    raise _corrupt(job, index, exc) from None
                 index, sample = _replacement(job, reader, transform, epoch, index)
                 used[position] = index
                 samples.append(sample)
@@ -166,11 +165,20 @@ def _gather_with_variable(pieces: list[Piece], count: int, variable: list[str],
     return out
 
 
-def _readable(job: DecodeJob, index: int, row: dict[str, Any]) -> dict[str, Any]:
+def readable(row: dict[str, Any]) -> dict[str, Any]:
+    """The row without its format's unreadable marker; UnreadableSample when the format could not
+    read it (a file that does not exist)."""
     unreadable = row.pop(UNREADABLE_COLUMN, None)
     if unreadable is not None:
-        raise CorruptSample(f"sample {index} ({job.index.describe(index)}) cannot be read: {unreadable}")
+        raise UnreadableSample(unreadable)
     return row
+
+
+def _corrupt(job: DecodeJob, index: int, exc: Exception) -> CorruptSample:
+    where = f"sample {index} ({job.index.describe(index)})"
+    if isinstance(exc, UnreadableSample):
+        return CorruptSample(f"{where} cannot be read: {exc}")
+    return CorruptSample(f"{where} failed in transform {job.transform!r}: {type(exc).__name__}: {exc}")
 
 
 def _collate_framed(samples: list[dict[str, Any]], header: FrameHeader, used: np.ndarray,
@@ -204,11 +212,8 @@ def _keep(prepared_samples: JobSamples | None, index: int, sample: dict[str, Any
 
 
 def _prepare(transform: SampleTransform, row: dict[str, Any]) -> dict[str, Any]:
-    unreadable = row.pop(UNREADABLE_COLUMN, None)
-    if unreadable is not None:  # the format could not read this sample (a file that does not exist)
-        raise UnreadableSample(unreadable)
     prepare = getattr(transform, "prepare", None)
-    return prepare(row) if prepare else row
+    return prepare(readable(row)) if prepare else readable(row)
 
 
 def _augment(transform: SampleTransform, sample: dict[str, Any], seed: int, epoch: int,
@@ -217,8 +222,9 @@ def _augment(transform: SampleTransform, sample: dict[str, Any], seed: int, epoc
     return augment(sample, sample_rng(seed, epoch, index)) if augment else sample
 
 
-def _apply(transform: SampleTransform, row: dict[str, Any], seed: int, epoch: int,
-           index: int) -> dict[str, Any]:
+def transform_sample(transform: SampleTransform, row: dict[str, Any], seed: int, epoch: int,
+                     index: int) -> dict[str, Any]:
+    """`row` prepared and augmented, as a batch holds it (without the prepared-sample cache)."""
     return _augment(transform, _prepare(transform, row), seed, epoch, index)
 
 
@@ -230,7 +236,7 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         candidate = (index + step) % n
         row = reader.read(np.array([candidate])).to_pylist()[0]
         try:
-            return candidate, _apply(transform, row, job.seed, epoch, candidate)
+            return candidate, transform_sample(transform, row, job.seed, epoch, candidate)
         except Exception:
             continue
     raise CorruptSample(
@@ -250,4 +256,5 @@ def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, colla
         check(schema)
 
 
-__all__ = ["DecodeJob", "DecodedBatch", "check_job_schema", "decode_batch"]
+__all__ = ["DecodeJob", "DecodedBatch", "UnreadableSample", "check_job_schema", "decode_batch", "readable",
+           "transform_sample"]

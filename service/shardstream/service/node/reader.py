@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable
+from collections.abc import Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 
@@ -97,6 +97,17 @@ class Piece:
     at: np.ndarray  # their positions in the batch, ascending
 
 
+def rows_in_batch_order(pieces: Sequence[Piece], columns: Sequence[str] | None = None) -> pa.Table:
+    """The pieces' rows (of `columns`, None: all) as one table, in batch order."""
+    taken = [(piece.table if columns is None else piece.table.select(list(columns))).take(pa.array(piece.rows))
+             for piece in pieces]
+    combined = pa.concat_tables(taken) if len(taken) > 1 else taken[0]
+    order = np.concatenate([piece.at for piece in pieces])
+    inverse = np.empty_like(order)
+    inverse[order] = np.arange(len(order))
+    return combined.take(pa.array(inverse))
+
+
 class ShardReader:
     """Rows of one dataset by global index, in the order asked for."""
 
@@ -129,13 +140,7 @@ class ShardReader:
 
     def read(self, indices: np.ndarray) -> pa.Table:
         """The rows at `indices`, in that order, as one table."""
-        pieces = self.pieces(indices)
-        taken = [piece.table.take(pa.array(piece.rows)) for piece in pieces]
-        combined = pa.concat_tables(taken) if len(taken) > 1 else taken[0]
-        order = np.concatenate([piece.at for piece in pieces])
-        inverse = np.empty_like(order)
-        inverse[order] = np.arange(len(order))
-        return combined.take(pa.array(inverse))
+        return rows_in_batch_order(self.pieces(indices))
 
     def _row_groups(self, wanted: list[tuple[int, int]]) -> list[pa.Table]:
         """The row groups (file, row group): those held already, then the rest loaded in parallel."""
@@ -152,4 +157,4 @@ class ShardReader:
         return tables  # type: ignore[return-value]
 
 
-__all__ = ["Piece", "RowGroupCache", "RowGroupSource", "ShardReader"]
+__all__ = ["Piece", "RowGroupCache", "RowGroupSource", "ShardReader", "rows_in_batch_order"]

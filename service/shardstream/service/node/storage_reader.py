@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from shardstream.proto.errors import DatasetNotFound, ShardstreamError, UnreadableShard
 from shardstream.service.dataset import Shard, file_version
+from shardstream.service.formats import get_format
 from shardstream.service.node.read_counters import SharedReadCounters
 
 FILE_FETCHERS = 16  # whole files of a unit fetched at once (file-list formats: latency, not CPU)
@@ -69,8 +70,6 @@ class StorageReader:
 
     def row_group(self, shard: Shard, row_group: int, columns: list[str] | None) -> pa.Table:
         """Unit `row_group` of `shard` (a Parquet row group, a run of a format's samples)."""
-        from shardstream.service.formats import get_format  # formats import this package's siblings
-
         try:
             table = get_format(shard.format).read_unit(shard, row_group, tuple(columns) if columns is not None
                                                        else None, self)
@@ -108,8 +107,7 @@ class StorageReader:
                     if version:  # checked on what opening fetched anyway: no request more per file
                         now = file_version(getattr(raw, "details", None) or fs.info(path))
                         if now != version:
-                            return UnreadableShard(f"{url!r} was rewritten after the job listed it (version "
-                                                   f"{version!r}, now {now!r}): open the job again")
+                            return _rewritten(url, version, now)
                     data = raw.read()
             except Exception as exc:  # one file's fault is one sample's, named by the caller
                 return exc
@@ -141,12 +139,15 @@ class StorageReader:
             except FileNotFoundError:
                 raise DatasetNotFound(f"{url!r} disappeared while the job was running") from None
             if now != version:
-                raise UnreadableShard(
-                    f"{url!r} was rewritten after the job indexed it (version {version!r}, now {now!r}): "
-                    "open the job again to read the new data")
+                raise _rewritten(url, version, now)
             return True
 
         self.memo(("version", url, version), check)
+
+
+def _rewritten(url: str, version: str, now: str) -> UnreadableShard:
+    return UnreadableShard(f"{url!r} was rewritten after the job indexed it (version {version!r}, now {now!r}): "
+                           "open the job again to read the new data")
 
 
 __all__ = ["CountingFile", "StorageReader"]

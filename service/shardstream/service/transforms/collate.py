@@ -18,7 +18,8 @@ from typing import Any
 import numpy as np
 
 from shardstream.proto.errors import InvalidJobSpec, UnknownTransform
-from shardstream.proto.wire import WIRE_DTYPES, WireTensor, bfloat16_bits, pack_strings
+from shardstream.proto.wire import WIRE_DTYPES
+from shardstream.proto.wire_values import WireTensor, bfloat16_bits, pack_strings
 from shardstream.service.transforms import import_allowed
 from shardstream.service.transforms.base import Sample
 
@@ -64,16 +65,14 @@ def collate_samples(samples: Sequence[Sample], collation: Collation) -> Batch:
         if all(isinstance(v, str) for v in values):
             out[key] = pack_strings(values)
             continue
-        arrays = [_numpy(v) for v in values]
-        bits = isinstance(arrays[0], _BF16)  # np.stack and np.full forget the tag: put it back
+        arrays, bits = _arrays(values)
         if collation.pads and _variable(values[0]):
             fill = _bfloat16_bits_of(collation.pad_value) if bits else collation.pad_value
             padded, lengths = pad([np.asarray(a) for a in arrays], fill, key)
-            out[key] = _travelling(padded.view(_BF16) if bits else padded, key, "the samples give")
+            out[key] = _travelling(padded, bits, key, "the samples give")
             out[f"{key}_lengths"] = lengths
         else:
-            stacked = np.stack(arrays)
-            out[key] = _travelling(stacked.view(_BF16) if bits else stacked, key, "the samples give")
+            out[key] = _travelling(np.stack(arrays), bits, key, "the samples give")
     return out
 
 
@@ -96,15 +95,17 @@ def pad(values: Sequence[np.ndarray], pad_value: float, key: str) -> tuple[np.nd
     return out, lengths
 
 
-def _numpy(value: Any) -> Any:
-    """A torch tensor as numpy (bfloat16 as its bits, tagged later); anything else as it is."""
-    if type(value).__module__ == "torch" and hasattr(value, "numpy"):
-        import torch
+def _arrays(values: Sequence[Any]) -> tuple[list[Any], bool]:
+    """Torch tensors as numpy arrays, and whether they hold bfloat16 (then their bits, as int16:
+    numpy has no bfloat16); other values as they are."""
+    first = values[0]
+    if type(first).__module__ != "torch" or not hasattr(first, "numpy"):
+        return list(values), False
+    import torch
 
-        if value.dtype == torch.bfloat16:
-            return _BF16(value.detach().cpu().contiguous().view(torch.int16).numpy())
-        return value.detach().cpu().numpy()
-    return value
+    if first.dtype == torch.bfloat16:
+        return [v.detach().cpu().contiguous().view(torch.int16).numpy() for v in values], True
+    return [v.detach().cpu().numpy() for v in values], False
 
 
 def _bfloat16_bits_of(value: float) -> int:
@@ -113,16 +114,10 @@ def _bfloat16_bits_of(value: float) -> int:
     return int(torch.tensor(value, dtype=torch.bfloat16).view(torch.int16))
 
 
-class _BF16(np.ndarray):
-    """bfloat16 bits on their way into a batch (numpy has no bfloat16)."""
-
-    def __new__(cls, bits: np.ndarray) -> _BF16:
-        return bits.view(cls)
-
-
-def _travelling(array: Any, key: str, source: str) -> np.ndarray | WireTensor:
-    if isinstance(array, _BF16):
-        return bfloat16_bits(np.asarray(array).view(np.int16))
+def _travelling(array: Any, bits: bool, key: str, source: str) -> np.ndarray | WireTensor:
+    """`array` as it travels (`bits`: bfloat16's); TypeError naming `key` when it cannot."""
+    if bits:
+        return bfloat16_bits(array)
     if not isinstance(array, np.ndarray) or array.dtype.name not in WIRE_DTYPES:
         kind = array.dtype if isinstance(array, np.ndarray) else type(array).__name__
         raise TypeError(f"{source} {key!r} as {kind}, which cannot travel: numbers, arrays, tensors "
@@ -140,10 +135,9 @@ def to_wire(batch: Mapping[str, Any], name: str) -> Batch:
         if isinstance(value, list | tuple) and all(isinstance(v, str) for v in value):
             out[key] = pack_strings(value)
             continue
-        value = _numpy(value)
+        (array,), bits = _arrays([value])
         try:
-            out[key] = _travelling(value if isinstance(value, np.ndarray) else np.asarray(value), key,
-                                   f"collate {name!r} returned")
+            out[key] = _travelling(np.asarray(array), bits, key, f"collate {name!r} returned")
         except (TypeError, ValueError) as exc:
             raise InvalidJobSpec(str(exc) if "cannot travel" in str(exc) else
                                  f"collate {name!r} returned {key!r} that cannot travel: {exc}") from None

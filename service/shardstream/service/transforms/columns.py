@@ -20,8 +20,9 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample
-from shardstream.proto.wire import TensorSpec, WireTensor, pack_strings
-from shardstream.service.node.reader import Piece
+from shardstream.proto.wire import TensorSpec
+from shardstream.proto.wire_values import WireTensor, pack_strings
+from shardstream.service.node.reader import Piece, rows_in_batch_order
 from shardstream.service.transforms.base import check_tensor_column
 
 
@@ -45,14 +46,10 @@ def gather_variable(pieces: Sequence[Piece], count: int, names: Sequence[str],
                     pad_value: float) -> dict[str, np.ndarray | WireTensor]:
     """The variable-size columns of the batch: strings packed, lists padded to the longest (with
     `<column>_lengths`)."""
-    order = np.concatenate([piece.at for piece in pieces])
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(count)
+    table = rows_in_batch_order(pieces, names)
     out: dict[str, np.ndarray | WireTensor] = {}
     for name in names:
-        taken = [piece.table.column(name).take(pa.array(piece.rows)) for piece in pieces]
-        column = pa.chunked_array([c for t in taken for c in t.chunks], type=taken[0].type).combine_chunks()
-        column = column.take(pa.array(inverse))
+        column = table.column(name).combine_chunks()
         if column.null_count:
             raise CorruptSample(f"column {name!r} has {column.null_count} null value(s) in this batch")
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
