@@ -7,7 +7,7 @@ GEN    := proto/shardstream/proto/v1
 # A CPU build of torch; the project's own requirement is a range.
 TORCH  ?= torch==2.13.0
 
-.PHONY: setup demo test bench lint typecheck proto proto-check clean
+.PHONY: setup demo test bench lint typecheck proto proto-check chart-config chart-config-check clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
@@ -21,7 +21,7 @@ setup: $(VENV)/.installed
 demo: setup
 	$(PY) examples/demo.py
 
-test: setup proto-check lint typecheck
+test: setup proto-check chart-config-check lint typecheck
 	$(PY) -m pytest tests
 
 # Side by side: shardstream, DataLoader, Ray Data and (where TensorFlow installs) tf.data service;
@@ -53,6 +53,14 @@ proto-check: setup
 	for f in loader_pb2.py loader_pb2_grpc.py loader_pb2.pyi; do \
 	  cmp -s $$tmp/shardstream/proto/v1/$$f $(GEN)/$$f || { echo "$(GEN)/$$f is stale: run 'make proto'"; rm -rf $$tmp; exit 1; }; \
 	done; rm -rf $$tmp; echo "generated protobuf modules are up to date"
+
+# Rewrite the chart's `config` values, schema and ConfigMap keys from ServiceConfig's settings.
+chart-config: setup
+	$(PY) -m shardstream.service.chart_config
+
+# Fails when they are stale.
+chart-config-check: setup
+	$(PY) -m shardstream.service.chart_config --check
 
 clean:
 	rm -rf $(VENV) .demo build dist

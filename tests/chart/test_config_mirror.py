@@ -1,5 +1,6 @@
-"""The chart's config mirrors ServiceConfig: a field added to the service fails here until the
-chart carries it (values.yaml, values.schema.json, the ConfigMap)."""
+"""The chart's config follows ServiceConfig: every setting is a `config` value (written by
+`make chart-config`) or set by the chart itself (declared with `chart=`), and the ConfigMap loads
+back into the service's config."""
 
 from __future__ import annotations
 
@@ -9,12 +10,11 @@ import re
 from typing import Any
 
 from shardstream.service.config import ENV_PREFIX, ServiceConfig
+from shardstream.service.settings import declared
 from tests.chart.chart import CHART_DIR, ROOT, default_values, render
 
-# Fields the chart sets from its own values instead of `config.*`.
-CHART_OWNED = {"host", "port", "ray_address", "metrics_port", "object_store_memory",
-               "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir", "data_port_base",
-               "data_ports", "prepared_cache_memory_dir", "prepared_cache_disk_dir"}
+# Settings the chart sets from its own values instead of `config.*`.
+CHART_OWNED = {f.name for f, spec, _ in declared(ServiceConfig) if spec.chart}
 FIELDS = {f.name: f for f in dataclasses.fields(ServiceConfig)}
 
 

@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 
+from shardstream.service.config import ServiceConfig
+from shardstream.service.settings import add_flags, from_flags
+
 if TYPE_CHECKING:
     from shardstream.client.tls import TLS
 
@@ -24,39 +27,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the service (embedded local Ray unless --ray-address)")
-    serve.add_argument("--host", help="interface to bind (default 127.0.0.1; 0.0.0.0 for all)")
-    serve.add_argument("--port", type=int, help="port to bind (default 50051; 0 picks a free one)")
-    serve.add_argument("--ray-address", help="an existing Ray cluster, e.g. auto or ray://head:10001")
-    serve.add_argument("--num-decoders", type=int, help="decode actors (default: the cluster's 'decode' resource)")
-    serve.add_argument("--decoder-cpus", type=float, help="CPUs reserved per decode actor (default 1)")
-    serve.add_argument("--allow-transform-module", action="append", dest="allowed_transform_modules",
-                       metavar="PREFIX", help="import-path prefix user transforms may come from (repeatable)")
-    serve.add_argument("--allow-dataset-prefix", action="append", dest="allowed_dataset_prefixes",
-                       metavar="URL", help="URL prefix clients' datasets must lie under (repeatable; "
-                       "default: any)")
-    serve.add_argument("--data-port-base", type=int, help="decode actors bind their gRPC and bulk ports, the "
-                       "first free ones from here (default 0: any free port)")
-    serve.add_argument("--data-ports", type=int, help="how many ports from --data-port-base a node's decode "
-                       "actors may take (default 32)")
-    serve.add_argument("--local-copy-dir", help="where decode nodes keep the row groups they read "
-                       "(default: $TMPDIR/shardstream-local-copy)")
-    serve.add_argument("--local-copy-bytes", type=int, help="bound of each node's local copy in bytes "
-                       "(default 64 GiB; 0: off, every read goes to storage)")
-    serve.add_argument("--prepared-cache-memory-bytes", type=int, help="each decode node's memory tier of "
-                       "prepared samples, in bytes (default 0: off)")
-    serve.add_argument("--prepared-cache-memory-dir", help="a tmpfs directory for it (default: "
-                       "/dev/shm/shardstream-prepared)")
-    serve.add_argument("--prepared-cache-disk-bytes", type=int, help="each decode node's disk tier of "
-                       "prepared samples, in bytes (default 0: off)")
-    serve.add_argument("--prepared-cache-disk-dir", help="a local-disk directory for it (default: "
-                       "$TMPDIR/shardstream-prepared)")
-    serve.add_argument("--metrics-port", type=int, help="serve Prometheus metrics on this HTTP port (0: any free)")
+    add_flags(serve, ServiceConfig)  # one flag per setting (settings.py)
     serve.add_argument("--port-file", help="write the bound port here once serving")
-    serve.add_argument("--tls-cert", dest="tls_cert_file", metavar="PEM",
-                       help="certificate chain: the gRPC port speaks TLS (with --tls-key)")
-    serve.add_argument("--tls-key", dest="tls_key_file", metavar="PEM", help="the certificate's private key")
-    serve.add_argument("--tls-client-ca", dest="tls_client_ca_file", metavar="PEM",
-                       help="require client certificates signed by this CA (mutual TLS)")
 
     status = commands.add_parser("status", help="show decoders and jobs of a running service")
     status.add_argument("address", help="host:port of the service")
@@ -107,8 +79,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    from shardstream.service.config import ServiceConfig
-
     try:
         from shardstream.service.control.ray_runtime import connect_ray
         from shardstream.service.control.server import create_server
@@ -117,15 +87,7 @@ def _serve(args: argparse.Namespace) -> int:
                   "pip install 'shardstream[service]'", exc.name)
         return 2
 
-    overrides = {k: getattr(args, k) for k in (
-        "host", "port", "ray_address", "num_decoders", "decoder_cpus",
-        "metrics_port", "tls_cert_file", "tls_key_file", "tls_client_ca_file", "local_copy_dir",
-        "local_copy_bytes", "data_port_base", "data_ports", "prepared_cache_memory_bytes",
-        "prepared_cache_memory_dir", "prepared_cache_disk_bytes", "prepared_cache_disk_dir")}
-    for repeated in ("allowed_transform_modules", "allowed_dataset_prefixes"):
-        if getattr(args, repeated):
-            overrides[repeated] = tuple(getattr(args, repeated))
-    config = ServiceConfig.load(overrides)
+    config = ServiceConfig.load(from_flags(args, ServiceConfig))
     connect_ray(config)
     service, port = create_server(config)
     if args.port_file:

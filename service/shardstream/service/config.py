@@ -1,17 +1,17 @@
 """Service configuration: one frozen dataclass, layered defaults -> SHARDSTREAM_* env -> flags.
 
-The Helm chart's values mirror these fields (helm/shardstream/values.yaml documents each).
+Each field is declared once with `setting` (settings.py): its environment
+variable, `serve` flag, bounds and Helm chart value all come from it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-ENV_PREFIX = "SHARDSTREAM_"
+from shardstream.service.settings import ENV_PREFIX, check_bounds, from_environment, setting
 
 
 @dataclass(frozen=True)
@@ -25,68 +25,93 @@ class ServeSettings:
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    host: str = "127.0.0.1"
-    port: int = 50051
-    ray_address: str | None = None  # None: start an embedded local Ray
-    num_decoders: int | None = None  # None: one per unit of the cluster's `decode` resource
-    decoder_cpus: float = 1.0
-    allowed_transform_modules: tuple[str, ...] = ()  # import-path prefixes user transforms may use
-    allowed_dataset_prefixes: tuple[str, ...] = ()  # URL prefixes clients' datasets must lie under; () any
-    data_port_base: int = 0  # decode actors' gRPC and bulk ports: the first free ones from here; 0: any
-    data_ports: int = 32  # ... among this many (data_port_base .. + data_ports - 1) on each node
-    decode_timeout_s: float = 300.0  # deadline for one batch's decode
-    row_group_cache_bytes: int = 256 * 2**20  # per decode actor, in memory
-    local_copy_dir: str = ""  # per decode node: the row groups it read, on local disk; "": $TMPDIR/...
-    local_copy_bytes: int = 64 * 2**30  # bound of that local copy; 0: off (misses read storage)
-    # Per decode node, what transforms' `prepare` made of each sample (node/prepared_cache.py): a
-    # memory tier (a tmpfs) and a disk tier, each bounded; 0: off. "": the default directories.
-    prepared_cache_memory_bytes: int = 0
-    prepared_cache_memory_dir: str = ""  # "": /dev/shm/shardstream-prepared
-    prepared_cache_disk_bytes: int = 0
-    prepared_cache_disk_dir: str = ""  # "": $TMPDIR/shardstream-prepared
-    max_message_bytes: int = 1 << 30  # largest batch message a decode actor sends
-    max_request_bytes: int = 16 << 20  # largest request accepted (RESOURCE_EXHAUSTED above)
-    job_idle_ttl_s: float = 3600.0  # a job with no open stream for this long is forgotten
-    grpc_workers: int = 64  # concurrent OpenJob, GetStatus and health calls (each returns at once)
-    max_abandoned_storage_calls: int = 64  # storage calls still running past their RPC's deadline
-    object_store_memory: int | None = None  # embedded Ray only
-    metrics_port: int | None = None  # Prometheus /metrics over HTTP; None: off, 0: any free port
-    tls_cert_file: str | None = None  # PEM certificate chain: the gRPC port speaks TLS (see tls.py)
-    tls_key_file: str | None = None  # its PEM private key
-    tls_client_ca_file: str | None = None  # PEM CA(s): clients must present a certificate it signed
+    """Every setting of `shardstream serve`: defaults, then SHARDSTREAM_<NAME>, then --<name> flags."""
+
+    host: str = setting("127.0.0.1", "interface the service's gRPC port binds (0.0.0.0: all)",
+                        chart="0.0.0.0")
+    port: int = setting(50051, "the service's gRPC port (0: any free port)", minimum=0, maximum=65535,
+                        chart="service.port")
+    ray_address: str | None = setting(
+        None, "an existing Ray cluster, e.g. auto or ray://head:10001 (unset: start an embedded local Ray)",
+        chart="auto, the head's own Ray")
+    num_decoders: int | None = setting(
+        None, "decode actors (unset: one per unit of the cluster's `decode` resource)", minimum=1)
+    decoder_cpus: float = setting(
+        1.0, "CPUs each decode actor reserves; a decode worker offers floor(decode.cpus / decoder_cpus) units",
+        above=0)
+    allowed_transform_modules: tuple[str, ...] = setting(
+        (), "import-path prefix user transforms and collate functions ('package.module:name') may come from",
+        flag="--allow-transform-module", metavar="PREFIX")
+    allowed_dataset_prefixes: tuple[str, ...] = setting(
+        (), "URL prefix (gs://bucket/path, s3://..., /local/path) every dataset a client names must lie "
+        "under; the service reads with its own credentials (none: any dataset)",
+        flag="--allow-dataset-prefix", metavar="URL")
+    data_port_base: int = setting(
+        0, "decode actors bind their gRPC and bulk ports, the first free ones from here (0: any free port)",
+        minimum=0, maximum=65535, chart="decode.dataPort")
+    data_ports: int = setting(32, "how many ports from data_port_base a node's decode actors may take",
+                              minimum=1, chart="4 x the decode units of a worker")
+    decode_timeout_s: float = setting(300.0, "deadline for decoding one batch, seconds", above=0)
+    row_group_cache_bytes: int = setting(
+        256 * 2**20, "each decode actor's in-memory cache of row groups, bytes; used when the local copy is "
+        "off (with it on, row groups are memory-mapped from the copy)", minimum=0)
+    local_copy_dir: str = setting(
+        "", "where each decode node keeps the row groups it read (empty: $TMPDIR/shardstream-local-copy)",
+        chart="decode.localCopy.mountPath, the same path on every decode worker")
+    local_copy_bytes: int = setting(
+        64 * 2**30, "bound of each decode node's local copy of the row groups it read, stored uncompressed; "
+        "least recently used row groups are removed beyond it (0: off, every miss reads storage). Keep it "
+        "below the volume's size", minimum=0)
+    prepared_cache_memory_bytes: int = setting(
+        0, "each decode node's memory tier (a tmpfs) of prepared samples (what a transform's prepare made "
+        "of each sample: decoded images), so later epochs and other jobs skip reading and decoding, bytes "
+        "(0: off). In the chart it lives in /dev/shm: keep shm.sizeLimit above it plus Ray's object store",
+        minimum=0)
+    prepared_cache_memory_dir: str = setting(
+        "", "the tmpfs directory of that memory tier (empty: /dev/shm/shardstream-prepared)",
+        chart="/dev/shm/shardstream-prepared (the pods' shm volume)")
+    prepared_cache_disk_bytes: int = setting(
+        0, "each decode node's disk tier of prepared samples, bytes (0: off). In the chart it lives in "
+        "decode.localCopy's volume: keep its size above local_copy_bytes plus this", minimum=0)
+    prepared_cache_disk_dir: str = setting(
+        "", "a local-disk directory for that disk tier (empty: $TMPDIR/shardstream-prepared)",
+        chart="<decode.localCopy.mountPath>/prepared-samples (the local copy's volume)")
+    max_message_bytes: int = setting(1 << 30, "largest gRPC message (one batch) a decode actor sends, bytes",
+                                     minimum=1)
+    max_request_bytes: int = setting(16 << 20, "largest request a client may send, bytes (larger ones get "
+                                     "RESOURCE_EXHAUSTED)", minimum=1)
+    job_idle_ttl_s: float = setting(3600.0, "a job with no open stream for this long, seconds, is forgotten "
+                                    "(clients reopen it on demand)", above=0)
+    grpc_workers: int = setting(64, "concurrent OpenJob, GetStatus and health calls on the service's port",
+                                minimum=2)
+    max_abandoned_storage_calls: int = setting(
+        64, "dataset listings left running past their request's deadline (storage not answering) before "
+        "further opens are refused with RESOURCE_EXHAUSTED; each holds a thread until the store answers",
+        minimum=1)
+    object_store_memory: int | None = setting(
+        None, "the object store of an embedded local Ray, bytes (unset: Ray's default)", minimum=1,
+        chart="unset (ray.objectStoreMemory sizes each node's store)")
+    metrics_port: int | None = setting(
+        None, "serve Prometheus metrics over HTTP on this port (0: any free port; unset: off)",
+        minimum=0, maximum=65535, chart="metrics.port when metrics.enabled, else unset")
+    tls_cert_file: str | None = setting(
+        None, "PEM certificate chain: the service's and decode actors' ports speak TLS (with tls_key_file)",
+        flag="--tls-cert", metavar="PEM", chart="tls.crt of tls.secretName's Secret")
+    tls_key_file: str | None = setting(None, "the certificate's PEM private key", flag="--tls-key", metavar="PEM",
+                                       chart="tls.key of tls.secretName's Secret")
+    tls_client_ca_file: str | None = setting(
+        None, "PEM CA(s): clients must present a certificate it signed (mutual TLS)", flag="--tls-client-ca",
+        metavar="PEM", chart="ca.crt of tls.secretName's Secret, when tls.clientCA")
 
     def __post_init__(self) -> None:
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be 0..65535, got {self.port}")
-        if self.num_decoders is not None and self.num_decoders < 1:
-            raise ValueError(f"num_decoders must be >= 1, got {self.num_decoders}")
-        if self.decoder_cpus <= 0:
-            raise ValueError(f"decoder_cpus must be > 0, got {self.decoder_cpus}")
-        if self.decode_timeout_s <= 0:
-            raise ValueError("decode_timeout_s must be > 0")
-        if self.metrics_port is not None and not 0 <= self.metrics_port <= 65535:
-            raise ValueError(f"metrics_port must be 0..65535, got {self.metrics_port}")
-        if self.max_request_bytes <= 0 or self.max_message_bytes <= 0:
-            raise ValueError("max_request_bytes and max_message_bytes must be > 0")
-        if self.job_idle_ttl_s <= 0:
-            raise ValueError("job_idle_ttl_s must be > 0")
-        if self.grpc_workers < 2:
-            raise ValueError("grpc_workers must be >= 2")
+        check_bounds(self)
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
-        if not 0 <= self.data_port_base <= 65535 or self.data_ports < 1:
-            raise ValueError("data_port_base must be 0..65535 and data_ports >= 1")
         if self.data_port_base and self.data_port_base + self.data_ports - 1 > 65535:
             raise ValueError(f"data_port_base + data_ports - 1 must be <= 65535, got "
                              f"{self.data_port_base + self.data_ports - 1}")
-        if self.local_copy_bytes < 0 or self.row_group_cache_bytes < 0:
-            raise ValueError("local_copy_bytes and row_group_cache_bytes must be >= 0")
-        if self.prepared_cache_memory_bytes < 0 or self.prepared_cache_disk_bytes < 0:
-            raise ValueError("prepared_cache_memory_bytes and prepared_cache_disk_bytes must be >= 0")
-        if self.max_abandoned_storage_calls < 1:
-            raise ValueError("max_abandoned_storage_calls must be >= 1")
 
     @property
     def address(self) -> str:
@@ -98,34 +123,14 @@ class ServiceConfig:
         ports = (range(self.data_port_base, self.data_port_base + self.data_ports) if self.data_port_base
                  else range(0, 1))
         return ServeSettings(ports, self.decode_timeout_s, self.max_message_bytes)
+
     @classmethod
     def load(cls, overrides: Mapping[str, Any] | None = None,
              environ: Mapping[str, str] | None = None) -> ServiceConfig:
-        """Defaults, then SHARDSTREAM_<FIELD> from the environment, then overrides (flags)."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            raw = environ.get(ENV_PREFIX + f.name.upper())
-            if raw is not None and raw != "":
-                values[f.name] = _parse(f, raw)
-        for key, value in (overrides or {}).items():
-            if value is not None:
-                values[key] = value
+        """Defaults, then SHARDSTREAM_<NAME> from the environment, then overrides (flags)."""
+        values = from_environment(cls, os.environ if environ is None else environ)
+        values.update({k: v for k, v in (overrides or {}).items() if v is not None})
         return cls(**values)
-
-
-def _parse(f: dataclasses.Field[Any], raw: str) -> Any:
-    kind = str(f.type)
-    try:
-        if "tuple" in kind:
-            return tuple(p.strip() for p in raw.split(",") if p.strip())
-        if "float" in kind:
-            return float(raw)
-        if "int" in kind:
-            return int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{ENV_PREFIX}{f.name.upper()}={raw!r}: {exc}") from None
-    return raw
 
 
 __all__ = ["ENV_PREFIX", "ServeSettings", "ServiceConfig"]
