@@ -135,10 +135,10 @@ class _Sender:
         self.thread: threading.Thread | None = None
         self._closed = False
 
-    def want(self, step: int, max_bytes: int) -> None:
+    def want(self, step: int, max_bytes: int, data_stall: float | None = None) -> None:
         slot = self.slots.offer() if self.slots is not None else ""
         self.offered.append(slot)
-        want = pb.Want(step=step, max_bytes=max_bytes, slot=slot)
+        want = pb.Want(step=step, max_bytes=max_bytes, slot=slot, data_stall=data_stall)
         with self._lock:
             if self._held is not None:
                 self._held.append(want)
@@ -209,7 +209,7 @@ class DirectPrefetcher:
                  convert: Callable[[BatchView], Batch], timeout_s: float, describe: str,
                  channels: DecoderChannels, stats: LoaderStats | None = None,
                  list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True,
-                 bulk: bool = True) -> None:
+                 bulk: bool = True, data_stall: Callable[[], float | None] = lambda: None) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from (no decode "
                                      "node has joined its Ray cluster yet, or its actors are still starting)")
@@ -231,6 +231,7 @@ class DirectPrefetcher:
         self._last_failure = ""
         self._shared_memory = shared_memory and shared_memory_available()
         self._bulk = bulk
+        self._data_stall = data_stall  # the rank's stall now, sent with its wants (stall.py)
         for address in addresses:
             self._add_sender(address)
         if list_decoders is not None:
@@ -319,10 +320,12 @@ class DirectPrefetcher:
                     lost)
 
     def _dispatch(self) -> None:
-        """Ask decoders for what the window allows (holding the lock)."""
+        """Ask decoders for what the window allows (holding the lock). Each want carries the
+        rank's data stall: the decoders keep the latest for the service's status and metrics."""
+        stall = self._data_stall()  # a few floating point operations
         for request in self._scheduler.requests():
             self._stats.steps_at_home += request.home
-            self._senders[str(request.sender)].want(request.step, request.max_bytes)
+            self._senders[str(request.sender)].want(request.step, request.max_bytes, stall)
 
     def __iter__(self) -> Iterator[Converted]:
         handed: int | None = None

@@ -29,6 +29,7 @@ from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
 from shardstream.client.job_spec import job_spec
 from shardstream.client.profiling import NamedWaits
+from shardstream.client.stall import StallMeter
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import Batch, batch_to_tensors, pin_available
@@ -109,6 +110,9 @@ class RemoteLoader:
         bulk_socket: take batch bytes from decoders on other hosts on a plain socket (TLS when
             the service speaks it) beside each gRPC stream, which is cheaper to receive than a
             gRPC message (docs/data-plane.md); ``False``: bytes come on the gRPC stream.
+        priority: the job's priority class on a shared service (one of its ``priority_classes``):
+            each decoder shares its time between the jobs waiting on it by their classes' weights,
+            whatever their rank counts. None: ``default``. Every rank names the same class.
     """
 
     def __init__(
@@ -146,6 +150,7 @@ class RemoteLoader:
         weights: str | None = None,
         bucket_by: str | None = None,
         bucket_window: int = 64,
+        priority: str | None = None,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -155,6 +160,7 @@ class RemoteLoader:
         self.rank, self.world_size = resolve_rank_world(rank, world_size)
         self.prefetch = prefetch
         self.prefetch_bytes = prefetch_bytes or 0
+        self.priority = priority or ""
         self.timeout = timeout
         self.pin_memory = self._resolve_pin(pin_memory)
         self.shared_memory = shared_memory
@@ -163,6 +169,7 @@ class RemoteLoader:
         self._next_epoch: int | None = None
         self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
         self.stats = LoaderStats()  # batches, samples, bytes delivered; time the loop waited
+        self._stall = StallMeter()  # the share of recent loop time spent waiting, sent with wants
         self.spec = job_spec(
             dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             world_size=self.world_size, shuffle_block=shuffle_block, transform=transform,
@@ -188,7 +195,7 @@ class RemoteLoader:
 
     def _open_request(self) -> pb.OpenJobRequest:
         return pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, job_name=self.job_name, spec=self.spec,
-                                 rank=self.rank)
+                                 rank=self.rank, priority=self.priority)
 
     @staticmethod
     def _resolve_pin(pin_memory: bool | Literal["auto"]) -> bool:
@@ -206,6 +213,13 @@ class RemoteLoader:
     def num_samples(self) -> int:
         """Rows in the dataset (len(dataset))."""
         return int(self.job.num_samples)
+
+    @property
+    def data_stall(self) -> float | None:
+        """The share (0..1) of the training loop's last ~10 s it spent waiting in ``next()`` for
+        data, as this rank reports it to the service with its wants (``shardstream status``, the
+        ``shardstream_rank_data_stall_ratio`` metric); None before the first ``next()``."""
+        return self._stall.ratio(time.perf_counter())
 
     def set_epoch(self, epoch: int) -> None:
         """Like DistributedSampler.set_epoch: the next iteration runs this epoch."""
@@ -241,11 +255,14 @@ class RemoteLoader:
                 self._next_epoch = epoch
                 self._resume = (epoch, start_step) if start_step else None
             raise
+        finally:
+            self._stall.wait_ended(time.perf_counter())  # the end of the stream, or a wait that raised
 
     def _batches(self, epoch: int, start_step: int) -> Iterator[Batch]:
         """Batches start_step.. of `epoch`, reconnecting and resuming at the next batch if the link breaks."""
         step = start_step
         resumed = time.perf_counter()  # the loop is blocked in next() from here until the yield
+        self._stall.wait_started(resumed)
         stuck = _NoProgress(self.reconnect_timeout)
         while step < len(self):
             prefetcher: DirectPrefetcher | None = None
@@ -268,10 +285,13 @@ class RemoteLoader:
                     self._steps_done = step
                     self.samples_replaced += message.replaced_samples
                     self.stats.add_batch(tensors)
-                    self.stats.wait_seconds += time.perf_counter() - resumed
+                    handed = time.perf_counter()
+                    self.stats.wait_seconds += handed - resumed
+                    self._stall.wait_ended(handed)
                     yield tensors
                     del tensors  # dropped before its room in the window goes back with the next request
                     resumed = time.perf_counter()
+                    self._stall.wait_started(resumed)
             except (ServiceUnavailable, JobNotFound) as exc:
                 if isinstance(exc, ServiceUnavailable) and exc.from_service:
                     raise  # the service is up and says it cannot serve (no decoders): not a link failure
@@ -294,10 +314,17 @@ class RemoteLoader:
         target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self),
                              placement=f"{self.world_size}/{self.spec.batch_size}/{self.rank}")
         self._decoder_channels.keep_only(self.job.batch_servers)
-        return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch,
-                                self.prefetch_bytes or DEFAULT_WINDOW_BYTES, convert, self.timeout, describe,
+        return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch, self.window_bytes, convert,
+                                self.timeout, describe,
                                 self._decoder_channels, self.stats, self._list_decoders, self.shared_memory,
-                                self.bulk_socket)
+                                self.bulk_socket, data_stall=lambda: self.data_stall)
+
+    @property
+    def window_bytes(self) -> int:
+        """The most batch bytes this rank holds received or in flight: prefetch_bytes, within the
+        service's per-job limit (job_max_in_flight_bytes)."""
+        window = self.prefetch_bytes or DEFAULT_WINDOW_BYTES
+        return min(window, self.job.max_window_bytes) if self.job.max_window_bytes else window
 
     def _list_decoders(self) -> list[str]:
         """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined."""

@@ -24,6 +24,8 @@ log = logging.getLogger("shardstream")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="shardstream", description=__doc__)
     parser.add_argument("--log-level", default="INFO")
+    parser.add_argument("--log-format", choices=("text", "json"),
+                        help="text, or one JSON object per line (default: $SHARDSTREAM_LOG_FORMAT, else text)")
     commands = parser.add_subparsers(dest="command", required=True)
 
     serve = commands.add_parser("serve", help="run the service (embedded local Ray unless --ray-address)")
@@ -40,7 +42,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the name on the service's certificate, if the address names it otherwise")
     status.add_argument("--json", action="store_true", help="print GetStatus as JSON (one object per line)")
     status.add_argument("--watch", type=float, metavar="SECONDS",
-                        help="print the status again every SECONDS until interrupted")
+                        help="refresh the status (with each job's ranks: position, rate, data stall, lag) "
+                        "every SECONDS until interrupted, in place on a terminal")
     status.add_argument("--iterations", type=int, help="with --watch: stop after this many")
 
     validate = commands.add_parser("validate", help="check a dataset opens and decodes, in this process, "
@@ -64,7 +67,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate.add_argument("--json", action="store_true", help="print one JSON object")
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from shardstream.service.logs import configure_logging, log_format
+
+    try:
+        json_logs = log_format(args.log_format) == "json"
+    except ValueError as exc:  # SHARDSTREAM_LOG_FORMAT (the flag's choices are checked already)
+        parser.error(str(exc))
+    configure_logging(args.log_level, json_logs)
     if args.command == "serve":
         return _serve(args)
     if args.command == "validate":
@@ -158,11 +167,13 @@ def _status(address: str, tls: TLS | None, as_json: bool = False, watch_s: float
                 log.error("%s: %s", address, from_rpc_error(exc))
                 return 1
             if as_json:
-                text = MessageToJson(status, preserving_proto_field_name=True, indent=None) + "\n"
+                # every field, zeros too (rank 0, epoch 0), so a script need not know proto3's defaults
+                text = MessageToJson(status, preserving_proto_field_name=True, indent=None,
+                                     always_print_fields_with_no_presence=True) + "\n"
             else:
                 text = _status_text(address, status)
                 if watch_s is not None and sys.stdout.isatty():
-                    text = "\x1b[H\x1b[2J" + time.strftime("%H:%M:%S ") + text  # a refreshed screen
+                    text = _repainted(time.strftime("%H:%M:%S ") + text, first=shown == 0)
             sys.stdout.write(text)
             sys.stdout.flush()
             shown += 1
@@ -172,6 +183,13 @@ def _status(address: str, tls: TLS | None, as_json: bool = False, watch_s: float
                 time.sleep(watch_s)
             except KeyboardInterrupt:
                 return 0
+
+
+def _repainted(text: str, first: bool) -> str:
+    """`text` drawn over the last screen from its top-left corner: a cleared screen the first time,
+    then each line overwritten and cleared to its end and the rest below cleared, so a watched
+    table changes in place without flicker."""
+    return ("\x1b[H\x1b[2J" if first else "\x1b[H") + text.replace("\n", "\x1b[K\n") + "\x1b[J"
 
 
 def _status_text(address: str, status: Any) -> str:
@@ -195,7 +213,27 @@ def _status_text(address: str, status: Any) -> str:
         )
         if job.dataset_fingerprint:
             lines.append(f"    {job.format or 'parquet'} dataset {job.dataset_fingerprint}, pipeline {job.pipeline_hash}")
+        lines.extend(_status_ranks(job))
     return "\n".join(lines) + "\n"
+
+
+def _status_ranks(job: Any) -> list[str]:
+    """A job's ranks, a row each: the latest step sent, batches/s, data stall and lag
+    (docs/observability.md), under a line naming the worst stall: a synchronous job runs at that rank's pace."""
+    if not job.ranks:
+        return []
+    stalls = [(r.data_stall, r.rank) for r in job.ranks if r.HasField("data_stall")]
+    lines = []
+    if stalls:
+        worst, rank = max(stalls)
+        lines.append(f"    data stall: worst {worst:.1%} (rank {rank}), mean {sum(s for s, _ in stalls) / len(stalls):.1%} "
+                     f"over {len(stalls)} rank(s)")
+    lines.append(f"    {'rank':>6} {'epoch/step':>12} {'batches/s':>10} {'stall':>7} {'lag':>6}")
+    for r in job.ranks:
+        where = f"{r.epoch}/{r.step}" if r.position_batches else "-"
+        stall = f"{r.data_stall:.1%}" if r.HasField("data_stall") else "-"
+        lines.append(f"    {r.rank:>6} {where:>12} {r.batches_per_second:>10.1f} {stall:>7} {r.lag_batches:>6}")
+    return lines
 
 
 def _reads_line(r: Any) -> str:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardstream.service.settings import ENV_PREFIX, check_bounds, from_environment, setting
+from shardstream.service.shares import priority_weights
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,18 @@ class ServiceConfig:
         64, "dataset listings left running past their request's deadline (storage not answering) before "
         "further opens are refused with RESOURCE_EXHAUSTED; each holds a thread until the store answers",
         minimum=1)
+    priority_classes: tuple[str, ...] = setting(
+        ("default=1",), "a priority class NAME=WEIGHT jobs may ask for (RemoteLoader(priority=NAME)); each "
+        "decode actor shares its time between the jobs waiting on it by these weights, whatever their rank "
+        "counts (a job that names no class is in `default`, weight 1 unless given here)",
+        flag="--priority-class", metavar="NAME=WEIGHT")
+    job_max_decoders: int | None = setting(
+        None, "the most decode actors one job's batches are decoded on (unset: all of them); each job gets "
+        "its own stable subset, so one job cannot occupy every actor", minimum=1)
+    job_max_in_flight_bytes: int | None = setting(
+        None, "the most batch bytes one job's ranks together may hold received or in flight; each rank's "
+        "prefetch window is clamped to this divided by the job's world size (unset: the client's own)",
+        minimum=1)
     object_store_memory: int | None = setting(
         None, "the object store of an embedded local Ray, bytes (unset: Ray's default)", minimum=1,
         chart="unset (ray.objectStoreMemory sizes each node's store)")
@@ -105,6 +118,7 @@ class ServiceConfig:
 
     def __post_init__(self) -> None:
         check_bounds(self)
+        priority_weights(self.priority_classes)  # a ValueError naming a malformed class
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise ValueError("tls_cert_file and tls_key_file go together: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:

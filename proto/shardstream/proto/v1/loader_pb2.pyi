@@ -29,16 +29,18 @@ class FetchOpen(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ..., epoch: _Optional[int] = ..., rank: _Optional[int] = ..., bulk: _Optional[bool] = ...) -> None: ...
 
 class Want(_message.Message):
-    __slots__ = ("step", "max_bytes", "slot", "bulk")
+    __slots__ = ("step", "max_bytes", "slot", "bulk", "data_stall")
     STEP_FIELD_NUMBER: _ClassVar[int]
     MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     SLOT_FIELD_NUMBER: _ClassVar[int]
     BULK_FIELD_NUMBER: _ClassVar[int]
+    DATA_STALL_FIELD_NUMBER: _ClassVar[int]
     step: int
     max_bytes: int
     slot: str
     bulk: bool
-    def __init__(self, step: _Optional[int] = ..., max_bytes: _Optional[int] = ..., slot: _Optional[str] = ..., bulk: _Optional[bool] = ...) -> None: ...
+    data_stall: float
+    def __init__(self, step: _Optional[int] = ..., max_bytes: _Optional[int] = ..., slot: _Optional[str] = ..., bulk: _Optional[bool] = ..., data_stall: _Optional[float] = ...) -> None: ...
 
 class FetchControl(_message.Message):
     __slots__ = ("open", "want")
@@ -95,21 +97,23 @@ class JobSpec(_message.Message):
     def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ..., shuffle_block: _Optional[int] = ..., format: _Optional[str] = ..., format_args_json: _Optional[str] = ..., collate: _Optional[str] = ..., pad_value: _Optional[float] = ..., weights: _Optional[str] = ..., bucket_by: _Optional[str] = ..., bucket_window: _Optional[int] = ...) -> None: ...
 
 class OpenJobRequest(_message.Message):
-    __slots__ = ("protocol_version", "job_name", "spec", "rank", "want_manifest")
+    __slots__ = ("protocol_version", "job_name", "spec", "rank", "want_manifest", "priority")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     WANT_MANIFEST_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     job_name: str
     spec: JobSpec
     rank: int
     want_manifest: bool
-    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., want_manifest: _Optional[bool] = ...) -> None: ...
+    priority: str
+    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., want_manifest: _Optional[bool] = ..., priority: _Optional[str] = ...) -> None: ...
 
 class OpenJobResponse(_message.Message):
-    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files", "batch_servers", "manifest_json")
+    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files", "batch_servers", "manifest_json", "max_window_bytes")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -119,6 +123,7 @@ class OpenJobResponse(_message.Message):
     NUM_FILES_FIELD_NUMBER: _ClassVar[int]
     BATCH_SERVERS_FIELD_NUMBER: _ClassVar[int]
     MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    MAX_WINDOW_BYTES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec_fingerprint: str
     dataset_fingerprint: str
@@ -128,7 +133,8 @@ class OpenJobResponse(_message.Message):
     num_files: int
     batch_servers: _containers.RepeatedScalarFieldContainer[str]
     manifest_json: str
-    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., batch_servers: _Optional[_Iterable[str]] = ..., manifest_json: _Optional[str] = ...) -> None: ...
+    max_window_bytes: int
+    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., batch_servers: _Optional[_Iterable[str]] = ..., manifest_json: _Optional[str] = ..., max_window_bytes: _Optional[int] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("name", "dtype", "shape", "data")
@@ -185,7 +191,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second", "format", "dataset_fingerprint", "pipeline_hash")
+    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second", "format", "dataset_fingerprint", "pipeline_hash", "ranks", "priority", "priority_weight")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +206,9 @@ class JobStatus(_message.Message):
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     PIPELINE_HASH_FIELD_NUMBER: _ClassVar[int]
+    RANKS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_name: str
     num_samples: int
@@ -214,7 +223,28 @@ class JobStatus(_message.Message):
     format: str
     dataset_fingerprint: str
     pipeline_hash: str
-    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., format: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., pipeline_hash: _Optional[str] = ...) -> None: ...
+    ranks: _containers.RepeatedCompositeFieldContainer[RankStatus]
+    priority: str
+    priority_weight: float
+    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., format: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., pipeline_hash: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., priority: _Optional[str] = ..., priority_weight: _Optional[float] = ...) -> None: ...
+
+class RankStatus(_message.Message):
+    __slots__ = ("rank", "epoch", "step", "position_batches", "lag_batches", "batches_per_second", "data_stall")
+    RANK_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    POSITION_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    LAG_BATCHES_FIELD_NUMBER: _ClassVar[int]
+    BATCHES_PER_SECOND_FIELD_NUMBER: _ClassVar[int]
+    DATA_STALL_FIELD_NUMBER: _ClassVar[int]
+    rank: int
+    epoch: int
+    step: int
+    position_batches: int
+    lag_batches: int
+    batches_per_second: float
+    data_stall: float
+    def __init__(self, rank: _Optional[int] = ..., epoch: _Optional[int] = ..., step: _Optional[int] = ..., position_batches: _Optional[int] = ..., lag_batches: _Optional[int] = ..., batches_per_second: _Optional[float] = ..., data_stall: _Optional[float] = ...) -> None: ...
 
 class DecoderStatus(_message.Message):
     __slots__ = ("node_id", "in_flight", "decoded")

@@ -29,6 +29,7 @@ from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.per_sample import read_lengths, read_weights
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.reproducibility import job_manifest
+from shardstream.service.shares import DEFAULT_CLASS
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.collate import build_collation
 
@@ -42,6 +43,19 @@ class JobCounters:
     samples_replaced: int = 0
 
 
+@dataclass(frozen=True)
+class RankProgress:
+    """One rank of a job as its decoders last reported it (GetStatus's RankStatus, the metrics)."""
+
+    rank: int
+    epoch: int
+    step: int  # the latest sent to it
+    position: int  # epoch * batches_per_rank + step + 1; 0: nothing sent yet
+    lag: int  # batches behind the job's furthest rank
+    batches_per_second: float  # sent to it, over the last few seconds
+    data_stall: float | None  # the share of its loop's time spent waiting for data; None: not reported
+
+
 @dataclass
 class Job:
     job_id: str
@@ -51,8 +65,11 @@ class Job:
     sampling: SamplingSpec
     decode: DecodeJob
     manifest: dict[str, Any] = field(default_factory=dict)  # reproducibility.py
+    priority: str = DEFAULT_CLASS  # its priority class (shares.py); decode.weight is the class's weight
     counters: JobCounters = field(default_factory=JobCounters)
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
+    _rates: dict[int, RateMeter] = field(default_factory=dict)  # rank -> batches sent per second
+    _stalls: dict[int, tuple[float, float]] = field(default_factory=dict)  # rank -> (data stall, when sent)
     last_active: float = field(default_factory=time.monotonic)
     throughput: RateMeter = field(default_factory=RateMeter)  # samples served per second
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -60,11 +77,37 @@ class Job:
     def advance(self, rank: int, epoch: int, step: int) -> None:
         """Record that `rank` was served batch `step` of `epoch` (for lag metrics)."""
         with self._lock:
-            self._positions[rank] = epoch * self.sampling.batches_per_rank + step + 1
+            position = epoch * self.sampling.batches_per_rank + step + 1
+            before = self._positions.get(rank)
+            self._positions[rank] = position
+            if before is not None and position > before:  # the first report only sets where it starts
+                self._rates.setdefault(rank, RateMeter()).add(position - before)
 
     def rank_positions(self) -> dict[int, int]:
         with self._lock:
             return dict(self._positions)
+
+    def report_stall(self, rank: int, stall: float, at: float) -> None:
+        """A data stall `rank` sent with a want at `at` (time.time() on the decoder that got it).
+        Each decoder reports the latest it got; the newest across decoders wins."""
+        with self._lock:
+            if at >= self._stalls.get(rank, (0.0, float("-inf")))[1]:
+                self._stalls[rank] = (min(1.0, max(0.0, stall)), at)
+
+    def ranks(self) -> list[RankProgress]:
+        """Every rank decoders have sent a batch to or heard a data stall from, by rank."""
+        with self._lock:
+            positions, stalls = dict(self._positions), {r: s for r, (s, _at) in self._stalls.items()}
+            rates = {r: meter.per_second() for r, meter in self._rates.items()}
+        per_rank = max(self.sampling.batches_per_rank, 1)
+        furthest = max(positions.values(), default=0)
+        progress = []
+        for rank in sorted(positions.keys() | stalls.keys()):
+            position = positions.get(rank, 0)
+            epoch, step = divmod(position - 1, per_rank) if position else (0, 0)
+            progress.append(RankProgress(rank, epoch, step, position, furthest - position, rates.get(rank, 0.0),
+                                         stalls.get(rank)))
+        return progress
 
     def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0) -> None:
         with self._lock:
@@ -80,37 +123,45 @@ class Job:
 
 class JobRegistry:
     def __init__(self, allowed_transform_modules: tuple[str, ...],
-                 access: DatasetAccess | None = None) -> None:
+                 access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None) -> None:
         self.allowed_transform_modules = allowed_transform_modules
         self.access = access or DatasetAccess(())
+        self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[str, Job] = {}
         self._opening: dict[str, threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def find(self, name: str, spec: JobSpec, rank: int) -> Job | None:
+    def find(self, name: str, spec: JobSpec, rank: int, priority: str = "") -> Job | None:
         """The open job this rank joins, or None when it must be opened (which reads storage).
         Ranks call OpenJob again every few seconds to learn of new decoders: this is that path."""
         if not 0 <= rank < spec.world_size:
             raise InvalidJobSpec(f"rank {rank} is outside world_size {spec.world_size} (0..{spec.world_size - 1})")
+        priority = priority or DEFAULT_CLASS
+        if priority not in self.priority_weights:
+            raise InvalidJobSpec(f"priority class {priority!r} is not one of this service's: "
+                                 f"{', '.join(sorted(self.priority_weights))} (its priority_classes setting)")
         existing = self._by_name.get(name or spec.fingerprint)
         if existing is not None and existing.spec != spec:
             raise JobSpecConflict(f"rank {rank}'s spec differs from job {name or spec.fingerprint!r}: "
                                   + "; ".join(spec.differences(existing.spec)))
+        if existing is not None and existing.priority != priority:
+            raise JobSpecConflict(f"rank {rank} asks for priority class {priority!r}, but job "
+                                  f"{existing.name!r} is in {existing.priority!r}: give every rank the same class")
         return existing
 
-    def open(self, name: str, spec: JobSpec, rank: int) -> Job:
-        existing = self.find(name, spec, rank)
+    def open(self, name: str, spec: JobSpec, rank: int, priority: str = "") -> Job:
+        existing = self.find(name, spec, rank, priority)
         if existing is not None:
             return existing
         name = name or spec.fingerprint
         with self._lock:
             name_lock = self._opening.setdefault(name, threading.Lock())
         with name_lock:  # ranks opening the same job concurrently index it once
-            existing = self.find(name, spec, rank)
+            existing = self.find(name, spec, rank, priority)
             if existing is not None:
                 return existing
-            job = self._create(name, spec)
+            job = self._create(name, spec, priority or DEFAULT_CLASS)
             with self._lock:
                 self._jobs[job.job_id] = job
                 self._by_name[name] = job
@@ -119,7 +170,7 @@ class JobRegistry:
                      spec.world_size)
             return job
 
-    def _create(self, name: str, spec: JobSpec) -> Job:
+    def _create(self, name: str, spec: JobSpec, priority: str) -> Job:
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
         columns = spec.columns  # and the plan's columns, wherever the batches leave them out
         for planned in (spec.weights, spec.bucket_by):
@@ -141,9 +192,10 @@ class JobRegistry:
                            transform_args=spec.transform_kwargs,
                            allowed_transform_modules=self.allowed_transform_modules,
                            seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
-                           collate=spec.collate, pad_value=spec.pad_value)
+                           collate=spec.collate, pad_value=spec.pad_value,
+                           weight=self.priority_weights[priority])
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
-                   manifest=job_manifest(spec, index))
+                   manifest=job_manifest(spec, index), priority=priority)
 
     def expire(self, idle_ttl_s: float, streaming: Collection[str] = ()) -> list[Job]:
         """Forget jobs that sent nothing for idle_ttl_s and have no open stream (job ids in
@@ -160,7 +212,8 @@ class JobRegistry:
         return idle
 
     def record_served(self, job_id: str, served: JobServed) -> None:
-        """Count what decoders' batch servers sent for a job (the direct data plane)."""
+        """Count what decoders' batch servers sent for a job (the direct data plane), and keep the
+        data stalls its ranks sent them."""
         with self._lock:
             job = self._jobs.get(job_id)
         if job is None:
@@ -171,6 +224,8 @@ class JobRegistry:
             # Several actors serve a rank and report apart: a report may be behind another's.
             if epoch * job.sampling.batches_per_rank + step + 1 > positions.get(rank, 0):
                 job.advance(rank, epoch, step)
+        for rank, (stall, at) in served.stalls.items():
+            job.report_stall(rank, stall, at)
 
     def get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)
@@ -183,4 +238,4 @@ class JobRegistry:
             return list(self._jobs.values())
 
 
-__all__ = ["Job", "JobCounters", "JobRegistry"]
+__all__ = ["Job", "JobCounters", "JobRegistry", "RankProgress"]

@@ -1,4 +1,4 @@
-"""Prometheus metrics: throughput, bytes, queue depth, per-rank lag, decode latency, errors.
+"""Prometheus metrics: throughput, bytes, queue depth, per-rank lag and data stall, decode latency, errors.
 
 Counters that the job registry already keeps (batches, samples, bytes,
 replaced samples) are read at scrape time by a collector instead of being
@@ -79,18 +79,29 @@ class _StateCollector(Collector):
                                      labels=["job", "rank"])
         lag = GaugeMetricFamily("shardstream_rank_lag_batches",
                                 "Batches a rank is behind its job's furthest rank", labels=["job", "rank"])
+        stall = GaugeMetricFamily("shardstream_rank_data_stall_ratio",
+                                  "Share (0..1) of a rank's training loop time spent waiting for data in the "
+                                  "loader, over its last ~10 s, as it last reported it", labels=["job", "rank"])
+        job_stall = GaugeMetricFamily("shardstream_job_data_stall_ratio",
+                                      "The largest data stall ratio among a job's ranks (the one a synchronous "
+                                      "job waits for)", labels=["job"])
         for job in self.registry.all():
             c = job.counters
             for name, family in counters.items():
                 family.add_metric([job.name], getattr(c, name))
             streams.add_metric([job.name], streaming.get(job.job_id, 0))
-            positions = job.rank_positions()
-            furthest = max(positions.values(), default=0)
-            for rank, served in sorted(positions.items()):
-                position.add_metric([job.name, str(rank)], served)
-                lag.add_metric([job.name, str(rank)], furthest - served)
+            ranks = job.ranks()
+            for rank in ranks:
+                if rank.position:
+                    position.add_metric([job.name, str(rank.rank)], rank.position)
+                    lag.add_metric([job.name, str(rank.rank)], rank.lag)
+                if rank.data_stall is not None:
+                    stall.add_metric([job.name, str(rank.rank)], rank.data_stall)
+            stalls = [rank.data_stall for rank in ranks if rank.data_stall is not None]
+            if stalls:
+                job_stall.add_metric([job.name], max(stalls))
         yield from counters.values()
-        yield from (streams, position, lag)
+        yield from (streams, position, lag, stall, job_stall)
         status = self.pool.status()
         decoders = GaugeMetricFamily("shardstream_decoders", "Decode actors in the pool")
         decoders.add_metric([], len(status))

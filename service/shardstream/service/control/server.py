@@ -27,6 +27,7 @@ from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.servicer import LoaderServicer, lenient_parser
 from shardstream.service.node.decoder import ReadSettings
 from shardstream.service.server_options import SERVER_OPTIONS
+from shardstream.service.shares import priority_weights
 from shardstream.service.tls import TlsFiles, server_credentials
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,8 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         config.prepared_cache_disk_dir, config.prepared_cache_disk_bytes),
         serving=config.batch_serving, tls=TlsFiles.of(config))
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
-    registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes))
+    registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes),
+                           priority_weights(config.priority_classes))
     pool.on_served = registry.record_served
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),

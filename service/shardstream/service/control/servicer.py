@@ -30,11 +30,12 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.bounded import StorageCalls
-from shardstream.service.control.jobs import Job, JobRegistry
+from shardstream.service.control.jobs import Job, JobRegistry, RankProgress
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.node.read_counters import ReadCounters
+from shardstream.service.shares import job_decoders, rank_window
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +110,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         spec = JobSpec.from_proto(request.spec)
         # Opening reads remote storage, which may not answer: bounded by the deadline (bounded.py).
         # Joining an open job reads nothing.
-        job = self.registry.find(request.job_name, spec, request.rank) or self.storage_calls.run(
-            lambda: self.registry.open(request.job_name, spec, request.rank), context.time_remaining(),
+        job = self.registry.find(request.job_name, spec, request.rank, request.priority) or self.storage_calls.run(
+            lambda: self.registry.open(request.job_name, spec, request.rank, request.priority), context.time_remaining(),
             f"opening dataset {list(spec.dataset)}")
         self.pool.register(job.decode)  # every decode actor learns the job (their batch servers plan it)
         return pb.OpenJobResponse(
@@ -121,7 +122,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             samples_per_rank=job.sampling.samples_per_rank,
             batches_per_rank=job.sampling.batches_per_rank,
             num_files=len(job.index.shards),
-            batch_servers=self.pool.batch_addresses(),
+            batch_servers=job_decoders(job.job_id, self.pool.batch_addresses(), self.config.job_max_decoders),
+            max_window_bytes=rank_window(self.config.job_max_in_flight_bytes, spec.world_size),
             manifest_json=json.dumps(job.manifest, sort_keys=True) if request.want_manifest else "",
         )
 
@@ -161,7 +163,14 @@ def _job_status(job: Job, streaming: int) -> pb.JobStatus:
         active_streams=streaming, samples_per_second=job.throughput.per_second(),
         format=job.index.format, dataset_fingerprint=job.index.fingerprint,
         pipeline_hash=job.manifest.get("pipeline", {}).get("hash", ""),
+        ranks=[_rank_status(rank) for rank in job.ranks()],
+        priority=job.priority, priority_weight=job.decode.weight,
     )
+
+
+def _rank_status(r: RankProgress) -> pb.RankStatus:
+    return pb.RankStatus(rank=r.rank, epoch=r.epoch, step=r.step, position_batches=r.position, lag_batches=r.lag,
+                         batches_per_second=r.batches_per_second, data_stall=r.data_stall)
 
 
 __all__ = ["LoaderServicer"]

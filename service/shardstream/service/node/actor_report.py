@@ -1,5 +1,6 @@
 """What a decode actor reports to the pool each second (its liveness probe, doubling as the
-direct data plane's accounting): what its batch server sent, by job, and what reading cost."""
+direct data plane's accounting): what its batch server sent, by job, the data stalls ranks sent
+with their wants, and what reading cost."""
 
 from __future__ import annotations
 
@@ -16,6 +17,8 @@ class JobServed:
     samples: int = 0
     nbytes: int = 0
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> latest (epoch, step)
+    # rank -> (the data stall its latest want here carried, time.time() that want arrived)
+    stalls: dict[int, tuple[float, float]] = field(default_factory=dict)
 
 
 @dataclass

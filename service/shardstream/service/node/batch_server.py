@@ -3,7 +3,8 @@
 Runs on the decode node, inside the actor's process (docs/data-plane.md). An
 asyncio gRPC server on a thread of its own holds any number of streams
 without a thread each; the decoding itself runs one batch at a time on a
-single worker thread, because an actor is one CPU. The actor computes the
+single worker thread, because an actor is one CPU, shared between jobs by
+their weights (fair_queue.py). The actor computes the
 epoch's plan itself, so a request names (epoch, rank, step) and no sample
 index crosses the wire.
 """
@@ -12,10 +13,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import grpc
@@ -43,6 +45,7 @@ from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.config import ServeSettings
 from shardstream.service.node.batching import DecodedBatch
 from shardstream.service.node.bulk_listener import BulkConnection, BulkListener
+from shardstream.service.node.fair_queue import FairQueue
 from shardstream.service.node.shared_slots import StreamSlots
 from shardstream.service.server_options import SERVER_OPTIONS
 from shardstream.service.tls import TlsFiles, credentials_from
@@ -54,18 +57,30 @@ log = logging.getLogger(__name__)
 DecodeStep = Callable[[str, int, int, int, Allocate], DecodedBatch]
 # (job id, epoch, rank, step, samples, message bytes): a batch handed to gRPC for sending.
 OnSent = Callable[[str, int, int, int, int, int], None]
+# A want read from a stream, where its batch goes, and its decoding (queued at once).
+_Wanted = tuple[pb.Want, Allocate, "asyncio.Task[DecodedBatch]"]
+# Wants of one stream queued for decoding at once; beyond it the stream reads no more until one
+# is sent. The rank's window bounds them first (a few batches).
+PIPELINED_WANTS = 8
+# (job id, rank) -> (the data stall a rank's latest want carried, time.time() it arrived)
+Stalls = dict[tuple[str, int], tuple[float, float]]
 
 
 class BatchServer:
     def __init__(self, decode_step: DecodeStep, host: str, settings: ServeSettings | None = None,
-                 on_sent: OnSent | None = None, tls: TlsFiles | None = None) -> None:
+                 on_sent: OnSent | None = None, tls: TlsFiles | None = None,
+                 weight_of: Callable[[str], float] = lambda _: 1.0) -> None:
         settings = settings or ServeSettings()
         ports, max_message_bytes = settings.ports, settings.max_message_bytes
         self._decode_timeout_s = settings.decode_timeout_s
         self._decode_step = decode_step
         self._on_sent = on_sent
         self._open: collections.Counter[tuple[str, int]] = collections.Counter()  # (job, rank) -> streams
-        self._decoder = ThreadPoolExecutor(1, thread_name_prefix="shardstream-batch-decode")
+        self._stalls: Stalls = {}  # since the actor's last report (take_stalls)
+        self._stalls_lock = threading.Lock()
+        # One batch at a time (an actor is one CPU), shared between jobs by weight (fair_queue.py).
+        self._decoder = FairQueue()
+        self._weight_of = weight_of
         self._loop = asyncio.new_event_loop()
         self._server: grpc.aio.Server | None = None
         started = threading.Event()
@@ -91,6 +106,20 @@ class BatchServer:
         for job_id, rank in list(self._open):
             ranks.setdefault(job_id, set()).add(rank)
         return ranks
+
+    def take_stalls(self) -> Stalls:
+        """The latest data stall each rank sent with a want since the last call (the actor's report)."""
+        with self._stalls_lock:
+            stalls, self._stalls = self._stalls, {}
+        return stalls
+
+    def forget(self, job_id: str) -> None:
+        """The job is gone: drop its share's account."""
+        self._decoder.forget(job_id)
+
+    def decode_seconds(self) -> dict[str, float]:
+        """job id -> seconds of decoding its batches were given here."""
+        return self._decoder.seconds()
 
     def _run(self, host: str, ports: Sequence[int], max_message_bytes: int, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
@@ -136,7 +165,7 @@ class BatchServer:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop).result(grace + 5)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(timeout=grace + 5)
-        self._decoder.shutdown(wait=False, cancel_futures=True)
+        self._decoder.close()
 
     async def _fetch(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         try:
@@ -171,17 +200,20 @@ class BatchServer:
         token = b""  # the stream's bulk socket, when the rank takes one (bulk_listener.py)
         connection: BulkConnection | None = None
         sending: asyncio.Task[None] | None = None  # the last frame going out on it
+        # The wants read so far, each already queued for decoding (in its job's turn), in order.
+        wants: asyncio.Queue[_Wanted | BaseException | None] = asyncio.Queue(PIPELINED_WANTS)
+        reading: asyncio.Task[None] | None = None
         try:
             if opened.bulk:  # answered either way: the rank holds its wants until it knows
                 offer = self._bulk.offer() if self._bulk is not None else BulkOffer(0, b"")
                 token = offer.token
                 yield encode_bulk_offer(offer)
-            async for control in requests:
-                if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
-                    raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
-                want = control.want
-                allocate = slots.allocator(want.slot) if want.slot else writable_bytes
-                decoded = await self._decode(opened, want.step, allocate, loop)
+            reading = loop.create_task(self._read_wants(requests, opened, slots, wants, loop))
+            while (item := await wants.get()) is not None:
+                if isinstance(item, BaseException):
+                    raise item
+                want, allocate, decoding = item
+                decoded = await decoding
                 message = decoded.message  # framed where it was decoded: no copy here
                 if message is None:
                     message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
@@ -207,6 +239,9 @@ class BatchServer:
                 yield message
             await _sent(sending)  # the last frame, before the socket closes
         finally:
+            if reading is not None:
+                reading.cancel()
+            _cancel_waiting(wants)
             if sending is not None and not sending.done():
                 sending.cancel()
             elif sending is not None and not sending.cancelled():
@@ -214,23 +249,58 @@ class BatchServer:
             if token and self._bulk is not None:
                 self._bulk.withdraw(token)
             try:  # after any decode still running for this stream: its fds must not be reused under it
-                self._decoder.submit(slots.close)
+                self._decoder.submit(opened.job_id, self._weight_of(opened.job_id), slots.close)
             except RuntimeError:  # the server is stopping, and the process with it
                 pass
+
+    async def _read_wants(self, requests: AsyncIterator[Any], opened: pb.FetchOpen, slots: StreamSlots,
+                          wants: asyncio.Queue[_Wanted | BaseException | None],
+                          loop: asyncio.AbstractEventLoop) -> None:
+        """Read the stream's wants as they come and queue each one's decoding at once, so a rank's
+        wants wait in its job's queue (fair_queue.py) while earlier batches are being sent; None
+        at the end, or what went wrong, in order."""
+        try:
+            async for control in requests:
+                if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
+                    raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
+                want = control.want
+                if want.HasField("data_stall"):  # the rank's, for the service's status and metrics
+                    with self._stalls_lock:
+                        self._stalls[(opened.job_id, opened.rank)] = (want.data_stall, time.time())
+                allocate = slots.allocator(want.slot) if want.slot else writable_bytes
+                decoding = loop.create_task(self._decode(opened, want.step, allocate, loop))
+                await wants.put((want, allocate, decoding))
+            await wants.put(None)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # raised by the serving loop, after the batches wanted before it
+            await wants.put(exc)
 
     async def _decode(self, opened: pb.FetchOpen, step: int, allocate: Allocate,
                       loop: asyncio.AbstractEventLoop) -> DecodedBatch:
         self.queued += 1
         try:
-            return await asyncio.wait_for(loop.run_in_executor(
-                self._decoder, self._decode_step, opened.job_id, opened.epoch, opened.rank, step, allocate),
-                self._decode_timeout_s)
+            decoding = self._decoder.submit(opened.job_id, self._weight_of(opened.job_id), functools.partial(
+                self._decode_step, opened.job_id, opened.epoch, opened.rank, step, allocate))
+            return await asyncio.wait_for(asyncio.wrap_future(decoding, loop=loop), self._decode_timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(
                 f"decoding batch {step} of job {opened.job_id} (epoch {opened.epoch}, rank "
                 f"{opened.rank}) took longer than {self._decode_timeout_s:.0f} s") from None
         finally:
             self.queued -= 1
+
+
+def _cancel_waiting(wants: asyncio.Queue[_Wanted | BaseException | None]) -> None:
+    """The stream ended: its wants' decoding that has not started will not."""
+    while not wants.empty():
+        item = wants.get_nowait()
+        if isinstance(item, tuple):
+            decoding = item[2]
+            if not decoding.done():
+                decoding.cancel()
+            elif not decoding.cancelled():
+                decoding.exception()  # retrieved: the stream's end already says what went wrong
 
 
 async def _send(connection: BulkConnection, frame: bytes) -> None:
@@ -260,4 +330,4 @@ def _parse_control(data: bytes) -> pb.FetchControl | None:
         return None
 
 
-__all__ = ["BatchServer", "DecodeStep", "OnSent"]
+__all__ = ["BatchServer", "DecodeStep", "OnSent", "Stalls"]

@@ -69,6 +69,7 @@ class DecodeJob:
     sampling: SamplingSpec | None = None  # for decoders that plan steps themselves (batch_server.py)
     collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
     pad_value: float = 0.0
+    weight: float = 1.0  # its share of each decode actor's time (its priority class; fair_queue.py)
 
 
 @dataclass

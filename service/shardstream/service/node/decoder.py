@@ -93,8 +93,7 @@ class DecodeWorker:
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
         self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address(), serving,
-                                         on_sent=self._sent,
-                                         tls=tls)
+                                         on_sent=self._sent, tls=tls, weight_of=self._weight)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
@@ -142,10 +141,13 @@ class DecodeWorker:
             served.positions[rank] = max(served.positions.get(rank, (epoch, step)), (epoch, step))
 
     def report(self) -> DirectReport:
-        """What the batch server sent and its reads cost since the last call (the pool's probe)."""
+        """What the batch server sent and its reads cost since the last call (the pool's probe), and
+        the latest data stall each rank sent with its wants."""
         with self._lock:
             report, self._report = self._report, DirectReport(ReadCounters(), {})
         report.queued, report.streaming = self._batch_server.queued, self._batch_server.streaming()
+        for (job_id, rank), stall in self._batch_server.take_stalls().items():
+            report.served.setdefault(job_id, JobServed()).stalls[rank] = stall
         return report
 
     def batch_address(self) -> str:
@@ -169,6 +171,13 @@ class DecodeWorker:
             self._jobs.pop(job_id, None)
             self._prepared_samples.pop(job_id, None)
         self._plans.forget(job_id)
+        self._batch_server.forget(job_id)
+
+    def _weight(self, job_id: str) -> float:
+        """The job's share of this actor's decoding (its priority class's weight)."""
+        with self._lock:
+            entry = self._jobs.get(job_id)
+        return entry[0].weight if entry is not None else 1.0
 
     def set_peers(self, nodes: dict[str, list[Any]]) -> None:
         """The decode actors of every node (the pool's, when they change): the homes of prepared

@@ -1,0 +1,49 @@
+"""`shardstream status` as text: each job's ranks in a table (position, batches/s, data stall, lag),
+and a watched screen redrawn in place."""
+
+from __future__ import annotations
+
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.service.cli import _repainted, _status_text
+
+
+def _status() -> pb.ServiceStatus:
+    job = pb.JobStatus(job_id="0123456789abcdef", job_name="train", num_samples=1000, world_size=3,
+                       batches_per_rank=40, ranks=[
+                           pb.RankStatus(rank=0, epoch=1, step=12, position_batches=53, lag_batches=0,
+                                         batches_per_second=8.3, data_stall=0.042),
+                           pb.RankStatus(rank=1, epoch=1, step=9, position_batches=50, lag_batches=3,
+                                         batches_per_second=2.0, data_stall=0.9134),
+                           pb.RankStatus(rank=2, data_stall=0.5),  # heard from, nothing sent yet
+                       ])
+    quiet = pb.JobStatus(job_id="fedcba9876543210", job_name="eval", ranks=[
+        pb.RankStatus(rank=0, epoch=0, step=3, position_batches=4)])  # an older client: no stall sent
+    return pb.ServiceStatus(protocol_version=2, decoders=2, jobs=[job, quiet])
+
+
+def test_each_job_lists_its_ranks_under_its_worst_stall() -> None:
+    lines = _status_text("host:1", _status()).splitlines()
+    start = next(i for i, line in enumerate(lines) if "'train'" in line)
+    assert lines[start + 1].split() == ["data", "stall:", "worst", "91.3%", "(rank", "1),", "mean", "48.5%",
+                                        "over", "3", "rank(s)"]
+    assert lines[start + 2].split() == ["rank", "epoch/step", "batches/s", "stall", "lag"]
+    assert [line.split() for line in lines[start + 3:start + 6]] == [
+        ["0", "1/12", "8.3", "4.2%", "0"],
+        ["1", "1/9", "2.0", "91.3%", "3"],
+        ["2", "-", "0.0", "50.0%", "0"],
+    ]
+    # columns line up under their headers
+    assert len({len(line) for line in lines[start + 2:start + 6]}) == 1
+    eval_at = next(i for i, line in enumerate(lines) if "'eval'" in line)
+    assert "data stall" not in lines[eval_at + 1]
+    assert lines[eval_at + 2].split() == ["0", "0/3", "0.0", "-", "0"]
+
+
+def test_a_job_without_ranks_has_no_table() -> None:
+    status = pb.ServiceStatus(jobs=[pb.JobStatus(job_id="a", job_name="new")])
+    assert _status_text("host:1", status).splitlines()[-1].startswith("  job a 'new'")
+
+
+def test_a_watched_screen_is_cleared_once_then_redrawn_in_place() -> None:
+    assert _repainted("a\nb\n", first=True) == "\x1b[H\x1b[2Ja\x1b[K\nb\x1b[K\n\x1b[J"
+    assert _repainted("a\nb\n", first=False) == "\x1b[Ha\x1b[K\nb\x1b[K\n\x1b[J"
