@@ -58,7 +58,7 @@ def test_the_configmap_loads_into_the_service_config() -> None:
               "max_request_bytes": 1 << 20, "job_idle_ttl_s": 90.0,
               "max_abandoned_storage_calls": 5, "prepared_cache_memory_bytes": 8 << 30,
               "prepared_cache_disk_bytes": 100 << 30, "priority_classes": ["high=4", "batch=0.5"],
-              "job_max_decoders": 8, "job_max_in_flight_bytes": 4 << 30}
+              "job_max_decoders": 8, "job_max_in_flight_bytes": 4 << 30, "job_max_cache_bytes": 16 << 30}
     assert set(config) == set(default_values()["config"]), "exercise every config value"
     data = render({"config": config, "service": {"port": 6001}, "metrics": {"port": 9300},
                    "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy"}}}).config_map

@@ -219,3 +219,20 @@ def test_a_home_that_does_not_answer_costs_a_prepare_here_not_the_batch(tmp_path
                                       decode_batch(job, memory_reader(index), transform, epoch, indices).arrays["image"])
     delta = counters.take_delta()
     assert delta.prepared_peer_hits == 0 and delta.prepared_misses > index.num_rows  # b's samples, twice
+
+
+def test_a_job_keeps_no_more_than_its_limit_and_others_still_keep_theirs(tmp_path: Path) -> None:
+    """job_max_cache_bytes: one job's samples beyond its bytes are prepared but not kept, so it
+    cannot evict every other job's."""
+    cache = PreparedCache([SampleTier("memory", str(tmp_path / "m"), 1 << 20)], SharedReadCounters())
+    index = _index(tmp_path / "data")
+    sample = {"x": np.arange(100, dtype=np.int64)}  # about 800 bytes each
+    big = cache.for_job(index, "big job", max_bytes=2000)
+    for i in range(5):
+        big.put(i, sample)
+    kept = [i for i in range(5) if big.get(i) is not None]
+    assert kept == [0, 1] and 1600 <= big.kept_bytes <= 2000
+    other = cache.for_job(index, "other job")  # no limit
+    for i in range(5):
+        other.put(i, sample)
+    assert all(other.get(i) is not None for i in range(5))

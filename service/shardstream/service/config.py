@@ -101,6 +101,10 @@ class ServiceConfig:
         None, "the most batch bytes one job's ranks together may hold received or in flight; each rank's "
         "prefetch window is clamped to this divided by the job's world size (unset: the client's own)",
         minimum=1)
+    job_max_cache_bytes: int | None = setting(
+        None, "the most bytes of prepared samples one job keeps from each decode actor in the node's "
+        "prepared-sample cache; beyond it the job's samples are prepared but not kept, so one large job "
+        "cannot evict every other job's (unset: no limit)", minimum=0)
     object_store_memory: int | None = setting(
         None, "the object store of an embedded local Ray, bytes (unset: Ray's default)", minimum=1,
         chart="unset (ray.objectStoreMemory sizes each node's store)")

@@ -123,10 +123,12 @@ class Job:
 
 class JobRegistry:
     def __init__(self, allowed_transform_modules: tuple[str, ...],
-                 access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None) -> None:
+                 access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None,
+                 max_cache_bytes: int | None = None) -> None:
         self.allowed_transform_modules = allowed_transform_modules
         self.access = access or DatasetAccess(())
         self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
+        self.max_cache_bytes = max_cache_bytes  # per job, of each decode actor's prepared samples
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[str, Job] = {}
         self._opening: dict[str, threading.Lock] = {}
@@ -193,7 +195,7 @@ class JobRegistry:
                            allowed_transform_modules=self.allowed_transform_modules,
                            seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
                            collate=spec.collate, pad_value=spec.pad_value,
-                           weight=self.priority_weights[priority])
+                           weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
                    manifest=job_manifest(spec, index), priority=priority)
 

@@ -104,7 +104,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         serving=config.batch_serving, tls=TlsFiles.of(config))
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes),
-                           priority_weights(config.priority_classes))
+                           priority_weights(config.priority_classes), config.job_max_cache_bytes)
     pool.on_served = registry.record_served
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),

@@ -106,7 +106,7 @@ class DecodeWorker:
         transform = build_transform(job.transform, job.transform_args, job.allowed_transform_modules)
         collation = build_collation(job.collate, job.pad_value, job.allowed_transform_modules)
         prepared = None if self._prepared is None else self._prepared.for_transform(
-            job.index, job.transform, job.transform_args, job.columns, transform)
+            job.index, job.transform, job.transform_args, job.columns, transform, job.max_cache_bytes)
         with self._lock:
             self._jobs.setdefault(job_id, (job, reader, transform, collation))
             if prepared is not None:

@@ -109,18 +109,18 @@ class PreparedCache:
                 tier.store(folder, row, [data], len(data))
         self.publish()
 
-    def for_job(self, index: DatasetIndex, identity: str) -> JobSamples:
-        return JobSamples(self, index, identity)
+    def for_job(self, index: DatasetIndex, identity: str, max_bytes: int | None = None) -> JobSamples:
+        return JobSamples(self, index, identity, max_bytes)
 
     def for_transform(self, index: DatasetIndex, name: str, args: dict[str, Any], columns: Sequence[str],
-                      transform: Any) -> JobSamples | None:
+                      transform: Any, max_bytes: int | None = None) -> JobSamples | None:
         """A job's view of the cache; None when its transform has nothing to keep (no ``prepare``,
         or ``cache_prepared = False``)."""
         if transform is None or not callable(getattr(transform, "prepare", None)):
             return None
         if not getattr(transform, "cache_prepared", True):
             return None
-        return self.for_job(index, prepare_identity(name, args, columns, transform))
+        return self.for_job(index, prepare_identity(name, args, columns, transform), max_bytes)
 
     def publish(self) -> None:
         """The tiers' sizes, for the actor's next report."""
@@ -130,11 +130,14 @@ class PreparedCache:
 
 @dataclass
 class JobSamples:
-    """One job's view of the cache: samples by global index."""
+    """One job's view of the cache: samples by global index. `max_bytes` (the service's
+    job_max_cache_bytes): the most this view keeps from this actor; beyond it the job's samples are
+    prepared but not kept, so one large job cannot evict every other job's samples."""
 
     cache: PreparedCache
     index: DatasetIndex
     identity: str
+    max_bytes: int | None = None
 
     def __post_init__(self) -> None:
         self._starts = self.index.file_starts
@@ -142,6 +145,14 @@ class JobSamples:
                          for s in self.index.shards]
         self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
         self._lock = threading.Lock()
+        self.kept_bytes = 0  # what this view stored or gave its homes
+
+    def _within_limit(self, size: int) -> bool:
+        with self._lock:
+            if self.max_bytes is not None and self.kept_bytes + size > self.max_bytes:
+                return False
+            self.kept_bytes += size
+            return True
 
     def _where(self, index: int) -> tuple[str, int]:
         shard = int(np.searchsorted(self._starts, index, side="right")) - 1
@@ -199,11 +210,13 @@ class JobSamples:
         folder, row = self._where(index)
         peers = self._peers()
         home = peers.home(folder, row) if peers is not None else None
+        size = sum(len(p) for p in parts)
+        if not self._within_limit(size):
+            return
         if peers is not None and home is not None and home != peers.node_id:
             with self._lock:
                 self._gifts.setdefault(home, []).append((folder, row, b"".join(parts)))
             return
-        size = sum(len(p) for p in parts)
         for tier in self.cache.tiers:
             tier.store(folder, row, parts, size)
         self.cache.publish()
