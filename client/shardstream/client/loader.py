@@ -327,8 +327,11 @@ class RemoteLoader:
         return min(window, self.job.max_window_bytes) if self.job.max_window_bytes else window
 
     def _list_decoders(self) -> list[str]:
-        """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined."""
-        return list(self._connection.open_job(self._open_request(), min(self.timeout, 10.0)).batch_servers)
+        """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined, and
+        the next epoch starts with this list, not the one the job was opened with (no stream to an
+        actor that has since gone)."""
+        self.job = self._connection.open_job(self._open_request(), min(self.timeout, 10.0))
+        return list(self.job.batch_servers)
 
     def state_dict(self) -> dict[str, Any]:
         """Where this job is: the same on every rank (in DDP lockstep), small and picklable."""

@@ -25,6 +25,8 @@ from shardstream.service.node.read_counters import TIERS
 
 log = logging.getLogger(__name__)
 
+ERROR_CODES = ("INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "PERMISSION_DENIED", "UNAUTHENTICATED",
+               "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "UNAVAILABLE", "INTERNAL")
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
@@ -37,6 +39,8 @@ class ServiceMetrics:
         self.errors = Counter(
             "shardstream_errors", "RPCs that ended in an error, by gRPC status code", ["code"],
             registry=self.prometheus)
+        for code in ERROR_CODES:  # at 0 from the start, so rate() sees a code's first error
+            self.errors.labels(code)
         Gauge("shardstream_storage_calls_abandoned",
               "Storage calls (dataset listings) still running past their request's deadline",
               registry=self.prometheus).set_function(lambda: storage_calls.abandoned)
