@@ -1,4 +1,5 @@
-"""Throw-away PKI for the TLS tests: a CA, a server certificate for 127.0.0.1/localhost, a client one."""
+"""Throw-away PKI for the TLS tests: a CA, a server certificate for 127.0.0.1/localhost, a client one,
+and another CA with a client certificate of its own."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ class Pki:
     server_key: str
     client_cert: str
     client_key: str
-    other_ca: str  # a CA that signed nothing here
+    other_ca: str  # a CA that signed only the stranger's certificate
+    stranger_cert: str  # a client certificate signed by other_ca, which the service does not trust
+    stranger_key: str
 
 
 def _name(common_name: str) -> x509.Name:
@@ -58,13 +61,17 @@ def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str,
 
 def make_pki(directory: Path) -> Pki:
     directory.mkdir(parents=True, exist_ok=True)
-    keys = {name: ec.generate_private_key(ec.SECP256R1()) for name in ("ca", "other", "server", "client")}
+    keys = {name: ec.generate_private_key(ec.SECP256R1())
+            for name in ("ca", "other", "server", "client", "stranger")}
     ca = _certificate("test CA", keys["ca"], "test CA", keys["ca"], ca=True)
     other = _certificate("other CA", keys["other"], "other CA", keys["other"], ca=True)
     server = _certificate("localhost", keys["server"], "test CA", keys["ca"], server=True)
     client = _certificate("trainer", keys["client"], "test CA", keys["ca"])
+    stranger = _certificate("stranger", keys["stranger"], "other CA", keys["other"])
     return Pki(ca=_write_cert(ca, directory / "ca.pem"), other_ca=_write_cert(other, directory / "other-ca.pem"),
                server_cert=_write_cert(server, directory / "server.pem"),
                server_key=_write_key(keys["server"], directory / "server-key.pem"),
                client_cert=_write_cert(client, directory / "client.pem"),
-               client_key=_write_key(keys["client"], directory / "client-key.pem"))
+               client_key=_write_key(keys["client"], directory / "client-key.pem"),
+               stranger_cert=_write_cert(stranger, directory / "stranger.pem"),
+               stranger_key=_write_key(keys["stranger"], directory / "stranger-key.pem"))

@@ -122,6 +122,43 @@ def test_every_delivery_path_gives_the_distributed_sampler_batches(direct: tuple
     assert _slot_files() == []  # every slot's name is gone with its stream
 
 
+@pytest.mark.parametrize("path", ["shared-memory", "bulk-socket", "grpc-stream"])
+def test_on_an_accelerator_host_every_path_hands_out_pinned_copies(direct: tuple[Service, str], dataset: str,
+                                                                  path: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a GPU and pin_memory="auto", every tensor of every batch is a copy into pinned memory,
+    whichever path its bytes came by. No accelerator here: `torch.cuda.is_available` reports one
+    while the loader decides, and a stand-in allocates the pinned memory (tensors._pinned_empty)."""
+    import torch
+
+    from shardstream.client import tensors
+
+    pinned: list[torch.Tensor] = []  # kept, so that no id is reused
+
+    def stand_in(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+        pinned.append(torch.empty(shape, dtype=dtype))
+        return pinned[-1]
+
+    monkeypatch.setattr(tensors, "_pinned_empty", stand_in)
+    _, address = direct
+    with monkeypatch.context() as gpu_host:
+        gpu_host.setattr(torch.cuda, "is_available", lambda: True)
+        loader = RemoteLoader(address, dataset=dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=0,
+                              job_name=f"direct-pinned-{path}", shared_memory=path == "shared-memory",
+                              bulk_socket=path == "bulk-socket")
+    with loader:
+        assert loader.pin_memory
+        got, handed = [], []
+        for batch in loader:
+            got.append(batch["idx"].tolist())
+            handed += [value for value in batch.values() if isinstance(value, torch.Tensor)]
+        stats = loader.stats
+    assert got == oracle_batches(N, WORLD, 0, BATCH, True, 4, False, 0)
+    assert len(handed) == 3 * len(got)  # idx, x, y
+    assert {id(t) for t in handed} <= {id(t) for t in pinned}  # each one a pinned buffer, none a view
+    assert stats.shared_batches == (stats.batches if path == "shared-memory" else 0)
+    assert stats.bulk_batches == (stats.batches if path == "bulk-socket" else 0)
+
+
 def test_a_profiler_trace_shows_the_loops_waits_for_data_by_name(direct: tuple[Service, str], dataset: str) -> None:
     import torch
 

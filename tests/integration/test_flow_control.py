@@ -3,15 +3,18 @@
 A decoder sends one batch per step the rank wants, and the rank wants a step
 only while its window has room (client/scheduler.py; the property test in
 tests/unit/test_scheduler.py covers the window's arithmetic). Here, against
-real decoders: a decoder sends exactly what was wanted, however long one
-waits; a batch bigger than the window is a clear error; and nothing in the
-client outlives a batch's place in the window.
+real decoders: a decoder sends exactly what was wanted, up to the stream's
+end; the bytes a rank holds undelivered for a stalled loop stay within
+`prefetch_bytes`, measured on the batches themselves; a batch bigger than the
+window is a clear error; and nothing in the client outlives a batch's place in
+the window.
 """
 
 from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 
 import grpc
@@ -19,14 +22,17 @@ import pytest
 import torch
 
 from shardstream.client import InvalidJobSpec, RemoteLoader
+from shardstream.client.fetcher import DirectPrefetcher
 from shardstream.client.scheduler import StepScheduler
+from shardstream.client.tensors import batch_nbytes
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import BatchView, parse_batch
-from tests.datasets import write_indexed
+from tests.datasets import oracle_batches, write_indexed
 
 FEATURES = 1000  # 4 KB per row of float32
 BATCH = 8        # ~32 KB per batch
+BATCH_BYTES = BATCH * (FEATURES * 4 + 8 + 4)  # x (float32 x 1000), idx (int64), y (int32)
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +43,14 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 def open_raw_fetch(address: str, job_id: str
-                   ) -> tuple[queue.Queue[pb.FetchControl | None], queue.Queue[BatchView], grpc.Channel]:
-    """A FetchBatches stream to one decoder, driven by hand: put wants, read what comes back."""
+                   ) -> tuple[queue.Queue[pb.FetchControl | None], list[BatchView], threading.Thread, grpc.Channel]:
+    """A FetchBatches stream to one decoder, driven by hand: put wants (None ends the requests),
+    and once the thread has ended, read everything the decoder sent until it ended the stream."""
     channel = grpc.insecure_channel(address)
     controls: queue.Queue[pb.FetchControl | None] = queue.Queue()
     controls.put(pb.FetchControl(open=pb.FetchOpen(protocol_version=PROTOCOL_VERSION, job_id=job_id, epoch=0,
                                                    rank=0)))
-    received: queue.Queue[BatchView] = queue.Queue()
+    received: list[BatchView] = []
 
     def requests():  # type: ignore[no-untyped-def]
         while (item := controls.get()) is not None:
@@ -53,23 +60,12 @@ def open_raw_fetch(address: str, job_id: str
                                  response_deserializer=parse_batch)(requests())
 
     def pump() -> None:
-        try:
-            for view in call:
-                received.put(view)
-        except grpc.RpcError:
-            pass
+        for view in call:  # an error ends the stream too, and fails the test below
+            received.append(view)
 
-    threading.Thread(target=pump, daemon=True).start()
-    return controls, received, channel
-
-
-def drain(received: queue.Queue[BatchView], quiet_s: float = 1.5) -> list[BatchView]:
-    out = []
-    while True:
-        try:
-            out.append(received.get(timeout=quiet_s))
-        except queue.Empty:
-            return out
+    thread = threading.Thread(target=pump, daemon=True)
+    thread.start()
+    return controls, received, thread, channel
 
 
 def want(step: int) -> pb.FetchControl:
@@ -79,17 +75,70 @@ def want(step: int) -> pb.FetchControl:
 def test_a_decoder_sends_exactly_the_steps_wanted(service_address: str, dataset: str) -> None:
     loader = RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, shuffle=False, world_size=1,
                           rank=0, job_name="wanted")
-    controls, received, channel = open_raw_fetch(loader.job.batch_servers[0], loader.job.job_id)
+    controls, received, pump, channel = open_raw_fetch(loader.job.batch_servers[0], loader.job.job_id)
     try:
-        for step in (0, 1, 2):
+        for step in (0, 1, 2, 7):
             controls.put(want(step))
-        assert [v.step for v in drain(received)] == [0, 1, 2]  # nothing more, however long we wait
-        controls.put(want(7))
-        assert [v.step for v in drain(received)] == [7]  # one want, exactly one more batch
+        controls.put(None)  # no more wants: the decoder answers those it has, then ends the stream
+        pump.join(timeout=60)
+        assert not pump.is_alive(), "the decoder did not end the stream after the last want"
+        # One batch per want, in the order wanted, and nothing else before the stream's end.
+        assert [v.step for v in received] == [0, 1, 2, 7]
     finally:
         controls.put(None)
         channel.close()
         loader.close()
+
+
+def _held(prefetcher: DirectPrefetcher, holding: int) -> tuple[int, int]:
+    """(what the client counts against prefetch_bytes, what it really holds undelivered): the batch
+    the loop holds (`holding` bytes), the batches received and not yet handed out (their tensors'
+    bytes), and the steps asked of decoders and not yet received (a batch's size each)."""
+    with prefetcher._cond:
+        scheduler = prefetcher._scheduler
+        received = sum(batch_nbytes(tensors) for _, tensors in prefetcher._ready.values())
+        return scheduler.bytes_in_use, holding + received + len(scheduler.outstanding) * BATCH_BYTES
+
+
+def test_bytes_held_for_a_stalled_loop_stay_within_prefetch_bytes(service_address: str, dataset: str,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop stalls on its first batch, then drains the epoch slowly; all along, the bytes the
+    rank holds for it undelivered never exceed the window, and the client's own count of them is
+    never below what the batches hold. The window (3.5 batches, `prefetch` out of the way) admits
+    the batch the loop holds plus two: the stall must fill it to that, or the bound was not tested."""
+    window = 3 * BATCH_BYTES + BATCH_BYTES // 2
+    prefetchers: list[DirectPrefetcher] = []
+    open_stream = RemoteLoader._open_stream
+
+    def recorded(self: RemoteLoader, epoch: int, start_step: int) -> DirectPrefetcher:
+        prefetchers.append(open_stream(self, epoch, start_step))
+        return prefetchers[-1]
+
+    monkeypatch.setattr(RemoteLoader, "_open_stream", recorded)
+    samples: list[tuple[int, int]] = []
+    got = []
+    with RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, shuffle=False, world_size=1, rank=0,
+                      job_name="window-bytes", prefetch=100, prefetch_bytes=window) as loader:
+        batches = iter(loader)
+        for step in range(len(loader)):
+            batch = next(batches)
+            got.append(batch["idx"].tolist())
+            holding = batch_nbytes(batch)
+            assert holding == BATCH_BYTES
+            (prefetcher,) = prefetchers  # one stream for the epoch: no reconnect
+            # The first batch: stalled until the window is full, then 0.3 s more. Later ones: briefly.
+            filled, deadline = None, time.monotonic() + (30 if step == 0 else 0.02)
+            while time.monotonic() < (deadline if filled is None else min(deadline, filled + 0.3)):
+                samples.append(_held(prefetcher, holding))
+                if step == 0 and filled is None and samples[-1][1] >= 3 * BATCH_BYTES:
+                    filled = time.monotonic()
+                time.sleep(0.002)
+            del batch
+    assert got == oracle_batches(200, 1, 0, BATCH, False, 0, False, 0)
+    over = [(counted, really) for counted, really in samples if really > window or really > counted]
+    assert not over, f"window {window} bytes; (counted, really held) over it or above the count: {over[:5]}"
+    assert max(counted for counted, _ in samples) <= window
+    assert max(really for _, really in samples) == 3 * BATCH_BYTES  # the stall filled the window
 
 
 def test_window_smaller_than_one_batch_is_a_clear_error(service_address: str, dataset: str) -> None:

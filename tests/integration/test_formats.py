@@ -20,6 +20,7 @@ from shardstream.client import RemoteLoader
 from tests.datasets import oracle_batches
 from tests.formats import CASES, FormatCase
 from tests.gcs_emulator import GcsEmulator, running_gcs_emulator
+from tests.stateful import END, check_resumes, loader_passes
 
 BUCKET = "shardstream-formats"
 
@@ -71,17 +72,25 @@ def test_every_rank_gets_distributed_samplers_batches(service_address: str, case
 @pytest.mark.parametrize("case", CASES, ids=str)
 def test_a_resumed_loader_continues_exactly(service_address: str, case: FormatCase,
                                             datasets: dict[str, tuple[str, int]]) -> None:
+    """From a fresh loader, 2 batches in, at the end of epoch 4 and 1 batch into epoch 5
+    (tests/stateful.py); and with the training loop's set_epoch(4) after loading."""
     directory, n = datasets[case.name]
-    with open_loader(service_address, case, directory, world_size=2, rank=1, job_name=f"resume-{case}") as first:
-        first.set_epoch(4)
-        it = iter(first)
-        before = [case.key(next(it)) for _ in range(2)]
-        state = first.state_dict()
+
+    def started_at_epoch_4() -> RemoteLoader:
+        it = open_loader(service_address, case, directory, world_size=2, rank=1, job_name=f"resume-{case}")
+        it.set_epoch(4)
+        return it
+
+    epochs = {epoch: oracle_batches(n, 2, 1, 4, True, 3, False, epoch) for epoch in (4, 5)}
+    expected = [item for epoch, batches in epochs.items() for item in [*((epoch, b) for b in batches), (END, epoch)]]
+    resumes = check_resumes(started_at_epoch_4, lambda it: loader_passes(it, case.key), len(expected),
+                            points=[0, 2, len(epochs[4]) + 1, len(epochs[4]) + 2], expected=expected)
     with open_loader(service_address, case, directory, world_size=2, rank=1, job_name=f"resume-{case}") as again:
-        again.load_state_dict(state)
+        again.load_state_dict(resumes.states[2])
         again.set_epoch(4)
         after = keys(case, again)
-    assert before + after == oracle_batches(n, 2, 1, 4, True, 3, False, 4)
+    before = [batch for _, batch in resumes.reference[:2]]
+    assert before + after == epochs[4]
 
 
 @pytest.mark.parametrize("case", CASES, ids=str)

@@ -1,10 +1,15 @@
 """Bad input over the wire while a real job runs: every request ends in a gRPC status with a
 message, never INTERNAL or a hang, and the running job's batches stay exactly-once. The requests
-go to the service's port and to a decode actor's batch server (the direct data plane's port)."""
+go to the service's port and to a decode actor's batch server (the direct data plane's port).
+On a service with a tokens file, malformed and unknown `authorization` metadata, on either port,
+is refused with UNAUTHENTICATED and only that, and the service goes on serving a valid token."""
 
 from __future__ import annotations
 
+import re
 import threading
+import time
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -14,9 +19,12 @@ from hypothesis import strategies as st
 
 from shardstream.client import RemoteLoader
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION, SERVICE_NAME
+from shardstream.proto.errors import ERROR_METADATA_KEY
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.service.control.server import Service
+from shardstream.service.config import ServiceConfig
+from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
+from tests.identities import TOKENS, bearer, entry, write_tokens_file
 
 CALL_DEADLINE_S = 20
 ALLOWED = {
@@ -154,3 +162,116 @@ def test_a_thousand_bad_requests_while_a_job_runs(service: tuple[Service, str], 
     assert len(Target.codes) >= 3  # the fuzzer reached several distinct outcomes
     for epoch in (0, 1):
         assert seen[epoch] == oracle_batches(200, 2, 1, 2, True, 4, False, epoch)
+
+
+# ---------------------------------------------------------------- authorization metadata
+
+KNOWN = TOKENS["team-a"]
+# What the grpc client sends at all: header values are printable ASCII (it refuses others, and tabs,
+# itself, before anything is sent); anything else travels in `-bin` keys, as bytes.
+PRINTABLE = st.characters(min_codepoint=0x20, max_codepoint=0x7E)
+values = st.one_of(
+    st.just(""), st.text(PRINTABLE, max_size=48),
+    st.builds(lambda scheme, rest: scheme + rest,
+              st.sampled_from(["Bearer ", "bearer ", "BEARER  ", " Bearer ", "Bearer", "Basic ", "Token ", "Bearer:"]),
+              st.text(PRINTABLE, max_size=40) | st.sampled_from([KNOWN, KNOWN + "x", KNOWN[:-1], f"{KNOWN} {KNOWN}",
+                                                                 f" {KNOWN} ", KNOWN.upper()])),
+    st.sampled_from([KNOWN, f"Bearer {KNOWN}", f"Basic {KNOWN}"]),
+)
+entries = st.one_of(
+    st.tuples(st.just("authorization"), values),
+    st.tuples(st.sampled_from(["authorization-bin", "x-token-bin"]), st.binary(max_size=48)),  # any bytes
+    st.tuples(st.from_regex(r"x-[a-z0-9-]{1,10}", fullmatch=True), st.text(PRINTABLE, max_size=24)),
+    st.tuples(st.just("authorization-bin"), st.just(f"Bearer {KNOWN}".encode())),
+)
+metadata_lists = st.one_of(
+    st.lists(entries, max_size=6),
+    # huge: a value up to 7,000 bytes (gRPC's own limit, 8 KiB of metadata, refuses larger ones itself)
+    st.builds(lambda n, c: [("authorization", "Bearer " + c * n)], st.integers(1000, 7000), st.sampled_from("Az9-")),
+    st.builds(lambda value, n: [("authorization", value)] * n, values, st.integers(2, 40)),  # duplicates
+)
+
+
+def admitted(metadata: list[tuple[str, Any]]) -> bool:
+    """The oracle: one `authorization` entry, 'Bearer' (any case), whitespace, the known token."""
+    found = [value for key, value in metadata if key == "authorization"]
+    return len(found) == 1 and re.fullmatch(rf"\s*bearer\s+{re.escape(KNOWN)}\s*", found[0], re.I) is not None
+
+
+class AuthTarget:
+    job_id = ""
+    calls: dict[str, int] = {}  # noqa: RUF012
+
+
+def expect(metadata: list[tuple[str, Any]], code: grpc.StatusCode, details: str | None,
+           trailing: Any) -> None:
+    outcome = "admitted" if admitted(metadata) else "refused"
+    AuthTarget.calls[outcome] = AuthTarget.calls.get(outcome, 0) + 1
+    if outcome == "admitted":
+        assert code is grpc.StatusCode.OK, f"{code}: {details} for {metadata!r}"
+        return
+    assert code is grpc.StatusCode.UNAUTHENTICATED, f"{code}: {details} for {metadata!r}"
+    assert details and " refused: " in details, details
+    assert dict(trailing or ()).get(ERROR_METADATA_KEY) == "Unauthenticated"
+    shown = [value for _, value in metadata if isinstance(value, str) and len(value.strip()) >= 8]
+    assert KNOWN not in details and not any(value.strip() in details for value in shown), details  # never echoed
+
+
+@pytest.fixture(scope="module")
+def auth_service(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str, str]]:
+    base = tmp_path_factory.mktemp("fuzz-auth")
+    write_indexed(f"{base}/data", [9, 6])
+    write_tokens_file(base / "tokens.json", {"team-a": entry(KNOWN)})
+    running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25,
+                                                auth_tokens_file=str(base / "tokens.json")))
+    yield running, f"127.0.0.1:{port}", f"{base}/data"
+    running.stop(grace=1.0)
+
+
+def test_malformed_authorization_metadata_is_unauthenticated(auth_service: tuple[Service, str, str]) -> None:
+    running, address, data = auth_service
+    loader = RemoteLoader(address, dataset=data, batch_size=3, seed=1, world_size=1, rank=0, token=KNOWN,
+                          job_name="fuzz-auth")
+    AuthTarget.job_id = loader.job.job_id
+    opened = [pb.FetchControl(open=pb.FetchOpen(protocol_version=PROTOCOL_VERSION, job_id=AuthTarget.job_id)),
+              pb.FetchControl(want=pb.Want(step=0))]
+    with grpc.insecure_channel(address) as channel, \
+            grpc.insecure_channel(running.pool.batch_addresses()[0]) as decoder:
+        status = channel.unary_unary(f"/{SERVICE_NAME}/GetStatus", request_serializer=identity,
+                                     response_deserializer=identity)
+        fetch = decoder.stream_stream(FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
+                                      response_deserializer=identity)
+
+        @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(metadata=metadata_lists, port=st.sampled_from(["service", "decoder"]))
+        def fuzz(metadata: list[tuple[str, Any]], port: str) -> None:
+            try:
+                if port == "service":
+                    status(b"", metadata=metadata, timeout=CALL_DEADLINE_S)
+                else:
+                    call = fetch(iter(opened), metadata=metadata, timeout=CALL_DEADLINE_S)
+                    next(iter(call))  # one batch: it streams
+                    call.cancel()
+                expect(metadata, grpc.StatusCode.OK, None, None)
+            except grpc.RpcError as exc:
+                expect(metadata, exc.code(), exc.details(), exc.trailing_metadata())
+
+        fuzz()
+        # Past gRPC's own metadata limit the transport refuses the call before any of the service's
+        # code runs, with RESOURCE_EXHAUSTED; the service is not disturbed.
+        with pytest.raises(grpc.RpcError) as oversized:
+            status(b"", metadata=bearer("x" * 65536), timeout=CALL_DEADLINE_S)
+        assert oversized.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    refused = AuthTarget.calls.get("refused", 0)
+    assert refused >= 200 and AuthTarget.calls.get("admitted", 0) >= 1, AuthTarget.calls
+    with loader:  # a valid token is served as before
+        assert [b["idx"].tolist() for b in loader] == oracle_batches(15, 1, 0, 3, True, 1, False, 0)
+    # Each refusal counted once, on whichever port refused it (a decoder's come with its reports).
+    assert running.gate is not None
+    deadline = time.monotonic() + 20
+    while sum(running.gate.refusals.totals().values()) < refused and time.monotonic() < deadline:
+        time.sleep(0.2)
+    totals = running.gate.refusals.totals()
+    assert sum(totals.values()) == refused, totals
+    assert {who for who, _ in totals} == {"unknown"}
+    assert {why for _, why in totals} <= {"no_token", "malformed", "unknown_token"}

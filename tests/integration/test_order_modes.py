@@ -1,5 +1,6 @@
 """The block-shuffle order mode end to end: ranks get the plan's batches through the service, every
-sample once, equal batch counts, and it resumes elastically like the exact mode."""
+sample once, equal batch counts, and it resumes from any point (tests/stateful.py) and elastically
+like the exact mode."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import pytest
 from shardstream.client import InvalidJobSpec, RemoteLoader
 from shardstream.service.plan import EpochPlan, SamplingSpec
 from tests.datasets import write_indexed
+from tests.stateful import END, check_resumes, loader_passes
 
 SHARDS = (30, 66)
 N = sum(SHARDS)
@@ -43,6 +45,19 @@ def test_ranks_get_the_block_shuffled_plan_every_sample_once(service_address: st
     assert per_rank == [plan_batches(3, r, 4, 1) for r in range(3)]
     assert len({len(batches) for batches in per_rank}) == 1  # equal batch counts
     assert sorted(i for batches in per_rank for b in batches for i in b) == list(range(N))  # 96 = 3 x 32
+
+
+def test_block_shuffle_resumes_at_any_point(service_address: str, dataset: str) -> None:
+    """Fresh, mid-epoch, at the end of epoch 3 and into epoch 4 (12 batches a pass, then its end)."""
+    def started_at_epoch_3() -> RemoteLoader:
+        it = loader(service_address, dataset, 2, 1, 4, "blocks-resume")
+        it.set_epoch(3)
+        return it
+
+    expected = [item for epoch in (3, 4)
+                for item in [*((epoch, b) for b in plan_batches(2, 1, 4, epoch)), (END, epoch)]]
+    check_resumes(started_at_epoch_3, lambda it: loader_passes(it, lambda b: b["idx"].tolist()), len(expected),
+                  points=[0, 7, 13, 17], expected=expected)
 
 
 def test_block_shuffle_resumes_at_another_world_size(service_address: str, dataset: str) -> None:

@@ -1,5 +1,6 @@
-"""state_dict / load_state_dict: resume mid-epoch, at an epoch's end, on another rank, in another
-process, and on another world size with the same global batch."""
+"""state_dict / load_state_dict: resume fresh, mid-epoch, at an epoch's end (tests/stateful.py, the
+harness every stateful iterator's resume test uses), on another rank, in another process, and on
+another world size with the same global batch."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 
 from shardstream.client import InvalidJobSpec, RemoteLoader
 from tests.datasets import oracle_batches, write_indexed
+from tests.stateful import END, check_resumes, loader_passes
 
 N = 96
 SPEC = {"shuffle": True, "seed": 5, "drop_last": False, "job_name": "resume"}
@@ -35,11 +37,28 @@ def take(it, count: int) -> list[list[int]]:  # type: ignore[no-untyped-def]
     return [next(it)["idx"].tolist() for _ in range(count)]
 
 
+def passes(rank: int, epochs: range) -> list[tuple[object, object]]:
+    """What loader_passes gives for `epochs` of DistributedSampler's batches (world 2, batch 4)."""
+    return [item for epoch in epochs
+            for item in [*((epoch, b) for b in oracle_batches(N, 2, rank, 4, True, 5, False, epoch)), (END, epoch)]]
+
+
+def idx(batch: dict[str, object]) -> list[int]:
+    return batch["idx"].tolist()  # type: ignore[attr-defined,no-any-return]
+
+
 def test_mid_epoch_resume_continues_exactly(service_address: str, dataset: str) -> None:
-    with loader(service_address, dataset, 2, 0, 4) as first:
-        first.set_epoch(2)
-        before = take(iter(first), 5)
-        state = pickle.loads(pickle.dumps(first.state_dict()))
+    """Saved fresh, 5 batches in, at the end of epoch 2 and 6 batches into epoch 3 (12 batches an
+    epoch; each pass's end is an item too): each resumes exactly where the first run went on."""
+    def started_at_epoch_2() -> RemoteLoader:
+        it = loader(service_address, dataset, 2, 0, 4)
+        it.set_epoch(2)
+        return it
+
+    expected = passes(0, range(2, 4))
+    resumes = check_resumes(started_at_epoch_2, lambda it: loader_passes(it, idx), len(expected),
+                            points=[0, 5, 13, 19], expected=expected)
+    state = resumes.states[5]
     assert len(pickle.dumps(state)) < 1024  # small
     with loader(service_address, dataset, 2, 0, 4) as resumed:
         resumed.load_state_dict(state)
@@ -48,19 +67,22 @@ def test_mid_epoch_resume_continues_exactly(service_address: str, dataset: str) 
         assert resumed.epoch == 2
         following = [b["idx"].tolist() for b in resumed]
         assert resumed.epoch == 3
+    before = [batch for _, batch in resumes.reference[:5]]
     assert before + after == oracle_batches(N, 2, 0, 4, True, 5, False, 2)
     assert following == oracle_batches(N, 2, 0, 4, True, 5, False, 3)
 
 
 def test_state_at_the_end_of_an_epoch_rolls_over_exactly_once(service_address: str, dataset: str) -> None:
-    with loader(service_address, dataset, 2, 1, 4) as first:
-        first.set_epoch(6)
-        list(first)
-        state = first.state_dict()
-    with loader(service_address, dataset, 2, 1, 4) as resumed:
-        resumed.load_state_dict(state)
-        assert [b["idx"].tolist() for b in resumed] == oracle_batches(N, 2, 1, 4, True, 5, False, 7)
-        assert [b["idx"].tolist() for b in resumed] == oracle_batches(N, 2, 1, 4, True, 5, False, 8)
+    """A state taken once a pass over epoch 6 (or 7) has ended resumes with the next epoch, whole."""
+    def started_at_epoch_6() -> RemoteLoader:
+        it = loader(service_address, dataset, 2, 1, 4)
+        it.set_epoch(6)
+        return it
+
+    expected = passes(1, range(6, 9))
+    per_pass = len(oracle_batches(N, 2, 1, 4, True, 5, False, 6)) + 1
+    check_resumes(started_at_epoch_6, lambda it: loader_passes(it, idx), len(expected),
+                  points=[per_pass, 2 * per_pass], expected=expected)
 
 
 def test_state_is_rank_agnostic(service_address: str, dataset: str) -> None:

@@ -10,6 +10,7 @@ import torch
 
 from shardstream.client import InvalidJobSpec, RemoteLoader
 from tests.datasets import oracle_batches
+from tests.stateful import END, check_resumes, loader_passes
 
 N = 30
 
@@ -106,3 +107,21 @@ def test_bucketing_keeps_each_ranks_samples_and_groups_similar_lengths(service_a
         assert bucketed == epoch("ids", rank)  # deterministic
         spread = sum(max(1 + i % 7 for i in b) - min(1 + i % 7 for i in b) for b in bucketed)
         assert spread < sum(max(1 + i % 7 for i in b) - min(1 + i % 7 for i in b) for b in expected)
+
+
+def test_bucketing_resumes_at_any_point(service_address: str, documents: str) -> None:
+    """Fresh, mid-epoch, at the end of epoch 5 and into epoch 6 (tests/stateful.py). Bucketing has no
+    oracle of its own here: each pass must hold DistributedSampler's samples of its epoch."""
+    def started_at_epoch_5() -> RemoteLoader:
+        it = loader(service_address, documents, collate="pad", columns=["idx", "ids"], bucket_by="ids",
+                    bucket_window=2, job_name="bucketed-resume")
+        it.set_epoch(5)
+        return it
+
+    per_pass = len(oracle_batches(N, 2, 1, 4, True, 2, False, 5)) + 1
+    resumes = check_resumes(started_at_epoch_5, lambda it: loader_passes(it, lambda b: b["idx"].tolist()),
+                            2 * per_pass, points=[0, 2, per_pass, per_pass + 1])
+    for epoch in (5, 6):
+        got = sorted(i for e, batch in resumes.reference if e == epoch for i in batch)
+        assert got == sorted(i for b in oracle_batches(N, 2, 1, 4, True, 2, False, epoch) for i in b)
+    assert [item for item in resumes.reference if item[0] == END] == [(END, 5), (END, 6)]

@@ -1,4 +1,5 @@
-"""Weighted sampling against its oracle: WeightedRandomSampler's draw, split as DistributedSampler splits."""
+"""Weighted sampling against its oracle: WeightedRandomSampler's draw, split as DistributedSampler splits,
+and resumed from any point (tests/stateful.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import torch
 
 from shardstream.client import InvalidJobSpec, RemoteLoader
 from tests.datasets import oracle_batches
+from tests.stateful import END, check_resumes, loader_passes
 
 N = 37
 WEIGHTS = [0.0 if i % 5 == 0 else float(1 + i % 3) for i in range(N)]  # some never drawn
@@ -59,6 +61,20 @@ def test_every_rank_gets_the_weighted_draw_split_as_distributed_sampler_splits(
                 assert got == oracle(world, rank, 4, 11, drop_last, epoch)
                 assert not any(WEIGHTS[i] == 0 for batch in got for i in batch)
             assert len(loader) == len(oracle_batches(N, world, rank, 4, True, 11, drop_last, 0))  # equal counts
+
+
+def test_weighted_sampling_resumes_at_any_point(service_address: str, weighted: str) -> None:
+    """Fresh, mid-epoch, at the end of epoch 2 and into epoch 3 (4 batches a pass on rank 1 of 3)."""
+    def started_at_epoch_2() -> RemoteLoader:
+        it = RemoteLoader(service_address, dataset=weighted, batch_size=4, world_size=3, rank=1, seed=11,
+                          weights="w", columns=["idx"], job_name="weighted-resume")
+        it.set_epoch(2)
+        return it
+
+    expected = [item for epoch in (2, 3) for item in [*((epoch, b) for b in oracle(3, 1, 4, 11, False, epoch)),
+                                                       (END, epoch)]]
+    check_resumes(started_at_epoch_2, lambda it: loader_passes(it, lambda b: b["idx"].tolist()), len(expected),
+                  points=[0, 2, 5, 7], expected=expected)
 
 
 def test_a_negative_weight_is_refused_naming_the_sample(service_address: str, weighted: str,

@@ -13,6 +13,8 @@ from shardstream.proto.errors import ERROR_METADATA_KEY, ERRORS, from_rpc_error,
 BUILTIN_BASE: dict[type[E.ShardstreamError], type[BaseException]] = {
     E.InvalidJobSpec: ValueError,
     E.UnknownTransform: ValueError,
+    E.Unauthenticated: PermissionError,
+    E.PermissionDenied: PermissionError,
     E.TransformNotAllowed: PermissionError,
     E.DatasetNotAllowed: PermissionError,
     E.DatasetNotFound: FileNotFoundError,
@@ -31,6 +33,8 @@ CODES: dict[type[E.ShardstreamError], grpc.StatusCode] = {
     E.ShardstreamError: grpc.StatusCode.INTERNAL,
     E.InvalidJobSpec: grpc.StatusCode.INVALID_ARGUMENT,
     E.UnknownTransform: grpc.StatusCode.INVALID_ARGUMENT,
+    E.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+    E.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     E.TransformNotAllowed: grpc.StatusCode.PERMISSION_DENIED,
     E.DatasetNotAllowed: grpc.StatusCode.PERMISSION_DENIED,
     E.DatasetNotFound: grpc.StatusCode.NOT_FOUND,
@@ -76,9 +80,16 @@ def test_unknown_transform_is_an_invalid_job_spec() -> None:
     assert issubclass(E.UnknownTransform, E.InvalidJobSpec)
 
 
+def test_the_allowlist_refusals_are_permission_denied() -> None:
+    assert issubclass(E.TransformNotAllowed, E.PermissionDenied)
+    assert issubclass(E.DatasetNotAllowed, E.PermissionDenied)
+    assert not issubclass(E.Unauthenticated, E.PermissionDenied)
+
+
 @pytest.mark.parametrize(("code", "cls"), [
     (grpc.StatusCode.INVALID_ARGUMENT, E.InvalidJobSpec),
-    (grpc.StatusCode.PERMISSION_DENIED, E.TransformNotAllowed),
+    (grpc.StatusCode.PERMISSION_DENIED, E.PermissionDenied),
+    (grpc.StatusCode.UNAUTHENTICATED, E.Unauthenticated),
     (grpc.StatusCode.NOT_FOUND, E.DatasetNotFound),
     (grpc.StatusCode.DATA_LOSS, E.CorruptSample),
     (grpc.StatusCode.UNAVAILABLE, E.ServiceUnavailable),

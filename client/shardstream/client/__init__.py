@@ -3,6 +3,7 @@
 It never imports Ray; it needs grpcio, protobuf, numpy and torch.
 """
 
+from shardstream.client.auth import Token
 from shardstream.client.loader import RemoteLoader
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tls import TLS
@@ -14,12 +15,14 @@ from shardstream.proto.errors import (
     InvalidJobSpec,
     JobNotFound,
     JobSpecConflict,
+    PermissionDenied,
     ProtocolMismatch,
     SchemaMismatch,
     ServiceUnavailable,
     ShardstreamError,
     StorageBusy,
     TransformNotAllowed,
+    Unauthenticated,
     UnknownTransform,
     UnreadableShard,
 )
@@ -34,13 +37,16 @@ __all__ = [
     "JobNotFound",
     "JobSpecConflict",
     "LoaderStats",
+    "PermissionDenied",
     "ProtocolMismatch",
     "RemoteLoader",
     "SchemaMismatch",
     "ServiceUnavailable",
     "ShardstreamError",
     "StorageBusy",
+    "Token",
     "TransformNotAllowed",
+    "Unauthenticated",
     "UnknownTransform",
     "UnreadableShard",
 ]

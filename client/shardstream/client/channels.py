@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 
 import grpc
 
+from shardstream.client.auth import Metadata, Token, call_metadata
 from shardstream.client.tls import TLS, open_channel
 
 
@@ -24,8 +25,9 @@ def host_of(address: str) -> str:
 
 
 class DecoderChannels:
-    def __init__(self, tls: TLS | None, options: Sequence[tuple[str, object]]) -> None:
+    def __init__(self, tls: TLS | None, options: Sequence[tuple[str, object]], token: Token | None = None) -> None:
         self.tls = tls
+        self.token = token  # sent with every stream (auth.py)
         self.bulk_unreachable: set[str] = set()  # decoders whose bulk port refused or timed out
         self._options = list(options)
         self._channels: dict[str, grpc.Channel] = {}
@@ -37,6 +39,10 @@ class DecoderChannels:
             if channel is None:
                 channel = self._channels[address] = open_channel(address, self.tls, self._options)
             return channel
+
+    def call_metadata(self) -> Metadata | None:
+        """The metadata of a stream to a decoder: the token, read now (a rotated file is picked up)."""
+        return call_metadata(self.token)
 
     def keep_only(self, addresses: Iterable[str]) -> None:
         """Close the channels of decoders not among `addresses` (gone from the job's list)."""

@@ -14,8 +14,9 @@ import time
 
 import grpc
 
+from shardstream.client.auth import Token, call_metadata
 from shardstream.client.shutdown import track_channel, untrack_channel
-from shardstream.client.tls import TLS, open_channel
+from shardstream.client.tls import TLS, explain_handshake_failure, open_channel
 from shardstream.proto.errors import ServiceUnavailable, ShardstreamError, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
@@ -23,6 +24,10 @@ from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 log = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 1 << 30
+# Asked once when the channel does not become ready, for gRPC's last connection error: any method
+# does (this one needs no message); a service that answers at all, even UNIMPLEMENTED, is reachable.
+PROBE_METHOD = "/grpc.health.v1.Health/Check"
+PROBE_TIMEOUT_S = 2.0
 CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -45,9 +50,11 @@ CHANNEL_OPTIONS = [
 
 
 class ServiceConnection:
-    def __init__(self, address: str, connect_timeout: float, tls: TLS | None = None) -> None:
+    def __init__(self, address: str, connect_timeout: float, tls: TLS | None = None,
+                 token: Token | None = None) -> None:
         self.address = address
         self.tls = tls
+        self.token = token  # sent with every call (auth.py)
         self._channel = open_channel(address, tls, CHANNEL_OPTIONS)
         track_channel(self)
         self._stub = pb_grpc.LoaderStub(self._channel)
@@ -60,17 +67,39 @@ class ServiceConnection:
     def wait_ready(self, timeout_s: float) -> None:
         try:
             grpc.channel_ready_future(self._channel).result(timeout=timeout_s)
+            return
         except grpc.FutureTimeoutError:
-            hint = ("over TLS: does the service speak TLS, does the CA file (tls.ca_file) sign its "
-                    "certificate, and does it want a client certificate?" if self.tls is not None
-                    else "in plaintext: if the service speaks TLS, pass tls=TLS(...)")
-            raise ServiceUnavailable(
-                f"cannot reach the shardstream service at {self.address} within {timeout_s:.0f} s {hint}"
-            ) from None
+            pass
+        detail = self._connect_error()
+        if detail is None:
+            return  # it answered just now
+        why = explain_handshake_failure(self.tls, detail) if self.tls is not None else None
+        if why is not None:
+            raise ServiceUnavailable(f"cannot connect to the shardstream service at {self.address} over TLS: {why} "
+                                     f"(gRPC: {detail})")
+        hint = ("over TLS: does the service speak TLS, does the CA file (tls.ca_file) sign its "
+                "certificate, and does it want a client certificate?" if self.tls is not None
+                else "in plaintext: if the service speaks TLS, pass tls=TLS(...)")
+        raise ServiceUnavailable(f"cannot reach the shardstream service at {self.address} within {timeout_s:.0f} s "
+                                 f"{hint}" + (f" (gRPC: {detail})" if detail else ""))
+
+    def _connect_error(self) -> str | None:
+        """gRPC's last error connecting to the service ("" when it has none to say); None when the
+        service answers a call now."""
+        probe = self._channel.unary_unary(PROBE_METHOD)  # no serializers: bytes in, bytes out
+        try:
+            probe(b"", timeout=PROBE_TIMEOUT_S)
+        except grpc.RpcError as exc:
+            code = exc.code()  # type: ignore[attr-defined]
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                details: str = exc.details() or ""  # type: ignore[attr-defined]
+                return details if code == grpc.StatusCode.UNAVAILABLE else ""
+        return None
 
     def open_job(self, request: pb.OpenJobRequest, timeout_s: float) -> pb.OpenJobResponse:
         try:
-            response: pb.OpenJobResponse = self._stub.OpenJob(request, timeout=timeout_s)
+            response: pb.OpenJobResponse = self._stub.OpenJob(request, timeout=timeout_s,
+                                                              metadata=call_metadata(self.token))
             return response
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None

@@ -131,7 +131,7 @@ class _Sender:
         fetch = channels.get(address).stream_stream(
             FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
             response_deserializer=parse_batch)
-        self.call = fetch(until_none(self.wants))
+        self.call = fetch(until_none(self.wants), metadata=channels.call_metadata())
         self.thread: threading.Thread | None = None
         self._closed = False
 

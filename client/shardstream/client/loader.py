@@ -23,6 +23,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from shardstream.client.auth import Token
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
@@ -71,7 +72,10 @@ class RemoteLoader:
         prefetch: batches fetched ahead of the training loop (and decoded ahead on the decoders),
             counting the batch the loop is working on.
         prefetch_bytes: the most bytes of batches received or in flight and not yet consumed by
-            the loop (the memory prefetching may use); None: 512 MiB.
+            the loop (the memory prefetching may use; a step in flight counts as the largest batch
+            so far); None: 512 MiB. Lowered to the service's job_max_in_flight_bytes / world size
+            when it sets one (``window_bytes``). A batch larger than the room its request had is
+            refused with InvalidJobSpec: keep it several times the largest batch.
         on_corrupt: ``"fail"`` (default) or ``"skip"`` (replace deterministically, count).
         job_name: ranks of one job share it. Default: the run (SHARDSTREAM_JOB_NAME, else torchrun's
             run id), this loader's place among the process's loaders, and the world size, so a
@@ -113,6 +117,11 @@ class RemoteLoader:
         priority: the job's priority class on a shared service (one of its ``priority_classes``):
             each decoder shares its time between the jobs waiting on it by their classes' weights,
             whatever their rank counts. None: ``default``. Every rank names the same class.
+        token, token_file: for a service that asks for tokens (its auth_tokens_file,
+            docs/identities.md): the token, or a file holding it, read again at each call that
+            sends it (a rotated Secret is picked up). None: ``SHARDSTREAM_TOKEN``, else the file
+            ``SHARDSTREAM_TOKEN_FILE`` names, else no token. Sent to the service and every
+            decoder as ``authorization: Bearer <token>``; use TLS where the network is not trusted.
     """
 
     def __init__(
@@ -151,6 +160,8 @@ class RemoteLoader:
         bucket_by: str | None = None,
         bucket_window: int = 64,
         priority: str | None = None,
+        token: str | None = None,
+        token_file: str | None = None,
     ) -> None:
         if prefetch < 1:
             raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
@@ -182,9 +193,10 @@ class RemoteLoader:
         self._steps_done = 0  # batches of the current epoch handed to the loop
         self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
         self._manifest: dict[str, Any] | None = None
-        self._connection = ServiceConnection(address, connect_timeout, tls or TLS.from_env())
+        credentials = Token.resolve(token, token_file)
+        self._connection = ServiceConnection(address, connect_timeout, tls or TLS.from_env(), credentials)
         decoder_tls = self._connection.tls.for_decoders(address) if self._connection.tls else None
-        self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS)  # the direct data plane's
+        self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS, credentials)  # the direct data plane's
         try:
             self.job = self._connection.open_job(self._open_request(), self.timeout)
         except ShardstreamError:

@@ -159,6 +159,12 @@ class StepScheduler:
         """Batches requested, received or handed out, and not yet consumed."""
         return self._in_flight()
 
+    @property
+    def bytes_in_use(self) -> int:
+        """What the window in bytes holds now: batches received or handed out and not yet
+        consumed, at their sizes, and steps requested, each at the largest batch seen."""
+        return self._bytes_in_use()
+
     # ------------------------------------------------------------ helpers
 
     def _peek_step(self) -> int | None:

@@ -61,10 +61,16 @@ def _view(view: TensorView) -> torch.Tensor:
 
 def _pinned_copy(view: TensorView) -> torch.Tensor:
     source = view.array()
-    tensor = torch.empty(source.shape, dtype=TORCH_DTYPES[view.dtype], pin_memory=True)
+    tensor = _pinned_empty(source.shape, TORCH_DTYPES[view.dtype])
     bits = tensor.view(torch.int16) if view.dtype == BFLOAT16 else tensor  # numpy has no bfloat16
     np.copyto(bits.numpy(), source.view(np.int16) if view.dtype == BFLOAT16 else source)
     return tensor
+
+
+def _pinned_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """Page-locked memory for one tensor (raises without an accelerator): the one place the
+    client pins, so a test can stand in for it on a host without one."""
+    return torch.empty(shape, dtype=dtype, pin_memory=True)
 
 
 def batch_nbytes(batch: Batch) -> int:

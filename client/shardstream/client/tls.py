@@ -82,6 +82,37 @@ def open_channel(address: str, tls: TLS | None, options: Sequence[tuple[str, obj
     return grpc.secure_channel(address, tls.credentials(), options=[*options, *tls.channel_options()])
 
 
+def explain_handshake_failure(tls: TLS, detail: str) -> str | None:
+    """What a person can do about a TLS connection to the service that failed, from gRPC's last
+    connection error (`detail`, an UNAVAILABLE status's details) and what this client presented;
+    None when `detail` is not a TLS failure (nothing listening, say).
+
+    gRPC's server closes the connection without an alert when it refuses a client certificate,
+    whether none was presented or one it cannot verify, so those two are told apart by what this
+    client sent."""
+    if "CERTIFICATE_VERIFY_FAILED" in detail:
+        tried = (f"ca_file {tls.ca_file!r} did not" if tls.ca_file
+                 else "no ca_file was given, and the system's CA certificates did not")
+        return ("this client does not trust the service's certificate: pass TLS(ca_file=...) with the CA that "
+                f"signed it ({tried})")
+    if "Hostname Verification" in detail or "not in peer certificate" in detail:
+        return ("the service's certificate is not issued for the name this client checks it by "
+                f"({tls.server_name!r}, else the address's host): pass TLS(server_name=...) with a name the "
+                "certificate holds")
+    if "WRONG_VERSION_NUMBER" in detail:
+        return ("the service's port does not speak TLS (it answered in plaintext): connect without tls=, or "
+                "start the service with --tls-cert and --tls-key")
+    if "Socket closed" in detail:  # the service closed the connection in the TLS handshake
+        if not tls.cert_file:
+            return ("the service requires a client certificate (mutual TLS) and this client presented none: pass "
+                    "TLS(cert_file=..., key_file=...) with a certificate signed by the CA the service trusts (its "
+                    "tls_client_ca_file)")
+        return (f"the service did not accept this client's certificate {tls.cert_file!r}: it is not signed by the "
+                "CA the service trusts (its tls_client_ca_file), or it has expired, or it is not meant for client "
+                "authentication")
+    return None
+
+
 def _read(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
@@ -89,4 +120,4 @@ def _read(path: str, what: str) -> bytes:
         raise InvalidJobSpec(f"cannot read the TLS {what} {path!r}: {exc.strerror or exc}") from None
 
 
-__all__ = ["TLS", "open_channel"]
+__all__ = ["TLS", "explain_handshake_failure", "open_channel"]

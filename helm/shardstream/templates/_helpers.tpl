@@ -236,6 +236,12 @@ securityContext:
 /var/run/secrets/shardstream/tls
 {{- end }}
 
+{{/* Where the head mounts the tokens file's Secret (auth.secretName), the whole Secret so that the
+kubelet's updates reach it (a subPath mount would never change). */}}
+{{- define "shardstream.authDir" -}}
+/var/run/secrets/shardstream/auth
+{{- end }}
+
 {{/* The decode workers' mount of their local copy (decode.localCopy), the service's local_copy_dir. */}}
 {{- define "shardstream.localCopyDir" -}}
 {{- $dir := .Values.decode.localCopy.mountPath | trimSuffix "/" }}

@@ -34,16 +34,25 @@ class UnknownTransform(InvalidJobSpec):
     """The transform name is neither built in nor importable."""
 
 
-class TransformNotAllowed(ShardstreamError, PermissionError):
-    """The transform's module is outside the service's allowlist."""
+class Unauthenticated(ShardstreamError, PermissionError):
+    """The call carried no token, or one the service does not know (its auth_tokens_file)."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDenied(ShardstreamError, PermissionError):
+    """The caller may not do this: its identity's grants (a priority class, another identity's
+    job), or the service's allowlists (the subclasses below)."""
 
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
-class DatasetNotAllowed(ShardstreamError, PermissionError):
-    """The dataset lies outside the prefixes this service may read."""
+class TransformNotAllowed(PermissionDenied):
+    """The transform's module is outside the service's (or the identity's) allowlist."""
 
-    code = grpc.StatusCode.PERMISSION_DENIED
+
+class DatasetNotAllowed(PermissionDenied):
+    """The dataset lies outside the prefixes this service (or the identity) may read."""
 
 
 class DatasetNotFound(ShardstreamError, FileNotFoundError):
@@ -115,6 +124,8 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         ShardstreamError,
         InvalidJobSpec,
         UnknownTransform,
+        Unauthenticated,
+        PermissionDenied,
         TransformNotAllowed,
         DatasetNotAllowed,
         DatasetNotFound,
@@ -133,7 +144,8 @@ ERRORS: dict[str, type[ShardstreamError]] = {
 # Client-side fallback when a status carries no class name (a proxy, or grpc itself).
 _BY_CODE: dict[grpc.StatusCode, type[ShardstreamError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidJobSpec,
-    grpc.StatusCode.PERMISSION_DENIED: TransformNotAllowed,
+    grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
+    grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.NOT_FOUND: DatasetNotFound,
     grpc.StatusCode.DATA_LOSS: CorruptSample,
     grpc.StatusCode.UNAVAILABLE: ServiceUnavailable,

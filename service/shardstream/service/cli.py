@@ -16,6 +16,7 @@ from shardstream.service.config import ServiceConfig
 from shardstream.service.settings import add_flags, from_flags
 
 if TYPE_CHECKING:
+    from shardstream.client.auth import Token
     from shardstream.client.tls import TLS
 
 log = logging.getLogger("shardstream")
@@ -40,6 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     status.add_argument("--tls-key", metavar="PEM", help="this client's key, for mutual TLS")
     status.add_argument("--tls-server-name", metavar="NAME",
                         help="the name on the service's certificate, if the address names it otherwise")
+    status.add_argument("--token-file", metavar="FILE",
+                        help="a file holding the token for a service that asks for one (read at each call; "
+                        "default: $SHARDSTREAM_TOKEN, else the file $SHARDSTREAM_TOKEN_FILE names). With a "
+                        "token, the service lists its identity's jobs (an admin identity's: all)")
     status.add_argument("--json", action="store_true", help="print GetStatus as JSON (one object per line)")
     status.add_argument("--watch", type=float, metavar="SECONDS",
                         help="refresh the status (with each job's ranks: position, rate, data stall, lag) "
@@ -84,7 +89,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         tls = TLS(ca_file=args.tls_ca, cert_file=args.tls_cert, key_file=args.tls_key,
                   server_name=args.tls_server_name)
-    return _status(args.address, tls, args.json, args.watch, args.iterations)
+    from shardstream.client.auth import Token
+
+    return _status(args.address, tls, args.json, args.watch, args.iterations,
+                   Token.resolve(token_file=args.token_file))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -145,15 +153,16 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
 
 
 def _status(address: str, tls: TLS | None, as_json: bool = False, watch_s: float | None = None,
-            iterations: int | None = None) -> int:
+            iterations: int | None = None, token: Token | None = None) -> int:
     """Print the service's status once, or every `watch_s` seconds (a screen a person reads; with
     --json, one JSON object per line for scripts)."""
     import time
 
     from google.protobuf.json_format import MessageToJson
 
+    from shardstream.client.auth import call_metadata
     from shardstream.client.tls import open_channel
-    from shardstream.proto.errors import from_rpc_error
+    from shardstream.proto.errors import ShardstreamError, from_rpc_error
     from shardstream.proto.v1 import loader_pb2 as pb
     from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 
@@ -162,9 +171,12 @@ def _status(address: str, tls: TLS | None, as_json: bool = False, watch_s: float
         stub = pb_grpc.LoaderStub(channel)
         while True:
             try:
-                status = stub.GetStatus(pb.GetStatusRequest(), timeout=10)
+                status = stub.GetStatus(pb.GetStatusRequest(), timeout=10, metadata=call_metadata(token))
             except grpc.RpcError as exc:
                 log.error("%s: %s", address, from_rpc_error(exc))
+                return 1
+            except ShardstreamError as exc:  # an unreadable token file
+                log.error("%s: %s", address, exc)
                 return 1
             if as_json:
                 # every field, zeros too (rank 0, epoch 0), so a script need not know proto3's defaults
@@ -205,7 +217,8 @@ def _status_text(address: str, status: Any) -> str:
             lines.append("    " + _reads_line(reads[node]))
     for job in status.jobs:
         lines.append(
-            f"  job {job.job_id} {job.job_name!r}: {job.num_samples} samples, world {job.world_size}, "
+            f"  job {job.job_id} {job.job_name!r}{f' (identity {job.owner})' if job.owner else ''}: "
+            f"{job.num_samples} samples, world {job.world_size}, "
             f"{job.batches_per_rank} batches/rank; {job.samples_per_second:.0f} samples/s now; "
             f"served {job.batches_served} batches, "
             f"{job.bytes_served / 1e6:.1f} MB, {job.samples_replaced} replaced; "

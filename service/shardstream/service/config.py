@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from shardstream.service.identities import IdentityTable
 from shardstream.service.settings import ENV_PREFIX, check_bounds, from_environment, setting
 from shardstream.service.shares import priority_weights
 
@@ -22,6 +23,9 @@ class ServeSettings:
     ports: range = range(0, 1)  # its batch server binds the first free one; port 0: any free port
     decode_timeout_s: float = 300.0  # a batch that takes longer ends its stream with DEADLINE_EXCEEDED
     max_message_bytes: int = 1 << 30
+    # The tokens file's identities (auth_tokens_file; identities.py): who may open a stream, and
+    # whose jobs it may fetch. None: no token asked. The pool sends a new table when the file changes.
+    identities: IdentityTable | None = None
 
 
 @dataclass(frozen=True)
@@ -119,6 +123,11 @@ class ServiceConfig:
     tls_client_ca_file: str | None = setting(
         None, "PEM CA(s): clients must present a certificate it signed (mutual TLS)", flag="--tls-client-ca",
         metavar="PEM", chart="ca.crt of tls.secretName's Secret, when tls.clientCA")
+    auth_tokens_file: str | None = setting(
+        None, "a YAML or JSON file of identities, each with its tokens (sha256 digests, or the tokens) and "
+        "what it may use: every call on the service's and the decode actors' ports must then carry "
+        "'authorization: Bearer <token>' (docs/identities.md); read again when it changes (unset: no tokens "
+        "asked)", metavar="FILE", chart="auth.key of auth.secretName's Secret, when auth.secretName")
 
     def __post_init__(self) -> None:
         check_bounds(self)

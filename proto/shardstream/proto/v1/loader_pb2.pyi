@@ -191,7 +191,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second", "format", "dataset_fingerprint", "pipeline_hash", "ranks", "priority", "priority_weight")
+    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second", "format", "dataset_fingerprint", "pipeline_hash", "ranks", "priority", "priority_weight", "owner")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -209,6 +209,7 @@ class JobStatus(_message.Message):
     RANKS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_name: str
     num_samples: int
@@ -226,7 +227,8 @@ class JobStatus(_message.Message):
     ranks: _containers.RepeatedCompositeFieldContainer[RankStatus]
     priority: str
     priority_weight: float
-    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., format: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., pipeline_hash: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., priority: _Optional[str] = ..., priority_weight: _Optional[float] = ...) -> None: ...
+    owner: str
+    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., format: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., pipeline_hash: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., priority: _Optional[str] = ..., priority_weight: _Optional[float] = ..., owner: _Optional[str] = ...) -> None: ...
 
 class RankStatus(_message.Message):
     __slots__ = ("rank", "epoch", "step", "position_batches", "lag_batches", "batches_per_second", "data_stall")

@@ -29,19 +29,33 @@ def _resolved(canonical: str) -> str:
 
 
 class DatasetAccess:
-    def __init__(self, prefixes: tuple[str, ...]) -> None:
+    """`prefixes` a dataset must lie under; none: any dataset, unless `none_means_any` is False
+    (an identity's empty list in the tokens file grants nothing)."""
+
+    def __init__(self, prefixes: tuple[str, ...], none_means_any: bool = True) -> None:
         self.prefixes = tuple(_resolved(canonical_url(p)).rstrip("/") for p in prefixes)
+        self.none_means_any = none_means_any
+
+    def refusal(self, url: str) -> str | None:
+        """Why `url` is not admitted ("dots": it has '.' or '..' components; "outside": it lies under
+        none of the prefixes), or None when it is."""
+        if not self.prefixes and self.none_means_any:
+            return None
+        canonical = canonical_url(url)
+        if {".", ".."} & set(canonical.split("://", 1)[-1].split("/")):
+            return "dots"
+        resolved = _resolved(canonical)
+        if not any(resolved == p or resolved.startswith(p + "/") for p in self.prefixes):
+            return "outside"
+        return None
 
     def check(self, url: str) -> None:
         """Raise DatasetNotAllowed unless `url` lies under an allowed prefix."""
-        if not self.prefixes:
-            return
-        canonical = canonical_url(url)
-        if {".", ".."} & set(canonical.split("://", 1)[-1].split("/")):
+        why = self.refusal(url)
+        if why == "dots":
             raise DatasetNotAllowed(f"dataset URL {url!r} has '.' or '..' path components, which this "
                                     "service (it has allowed_dataset_prefixes) does not accept")
-        resolved = _resolved(canonical)
-        if not any(resolved == p or resolved.startswith(p + "/") for p in self.prefixes):
+        if why is not None:
             raise DatasetNotAllowed(f"dataset {url!r} is outside the prefixes this service may read "
                                     f"({', '.join(self.prefixes)}); its operator sets them "
                                     "(allowed_dataset_prefixes)")

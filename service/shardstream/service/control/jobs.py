@@ -4,15 +4,21 @@ A job is named by the client (ranks agree on the name) and identified by
 (name, spec fingerprint). Opening is idempotent; a rank that brings a
 different spec under the same name is refused with the differences spelled
 out. Plans are cached for the few most recent epochs.
+
+With a tokens file (identities.py) every job has an owner, the identity that
+opened it, and job names are each identity's own: the same name under another
+identity is another job (and another job id), so no identity can join,
+stream or see another's job by naming it.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import threading
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -66,6 +72,7 @@ class Job:
     decode: DecodeJob
     manifest: dict[str, Any] = field(default_factory=dict)  # reproducibility.py
     priority: str = DEFAULT_CLASS  # its priority class (shares.py); decode.weight is the class's weight
+    owner: str = ""  # the identity that opened it (a tokens file, identities.py); "": none asked
     counters: JobCounters = field(default_factory=JobCounters)
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
     _rates: dict[int, RateMeter] = field(default_factory=dict)  # rank -> batches sent per second
@@ -73,6 +80,11 @@ class Job:
     last_active: float = field(default_factory=time.monotonic)
     throughput: RateMeter = field(default_factory=RateMeter)  # samples served per second
     _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def label(self) -> str:
+        """Its name in metrics: `owner/name` with a tokens file (names are each identity's own)."""
+        return f"{self.owner}/{self.name}" if self.owner else self.name
 
     def advance(self, rank: int, epoch: int, step: int) -> None:
         """Record that `rank` was served batch `step` of `epoch` (for lag metrics)."""
@@ -121,6 +133,11 @@ class Job:
             c.samples_replaced += replaced
 
 
+def _both(first: Callable[[str], None], then: Callable[[str], None], url: str) -> None:
+    first(url)
+    then(url)
+
+
 class JobRegistry:
     def __init__(self, allowed_transform_modules: tuple[str, ...],
                  access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None,
@@ -130,20 +147,21 @@ class JobRegistry:
         self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
         self.max_cache_bytes = max_cache_bytes  # per job, of each decode actor's prepared samples
         self._jobs: dict[str, Job] = {}
-        self._by_name: dict[str, Job] = {}
-        self._opening: dict[str, threading.Lock] = {}
+        self._by_name: dict[tuple[str, str], Job] = {}  # (owner, name) -> the job
+        self._opening: dict[tuple[str, str], threading.Lock] = {}
         self._lock = threading.Lock()
 
-    def find(self, name: str, spec: JobSpec, rank: int, priority: str = "") -> Job | None:
+    def find(self, name: str, spec: JobSpec, rank: int, priority: str = "", owner: str = "") -> Job | None:
         """The open job this rank joins, or None when it must be opened (which reads storage).
-        Ranks call OpenJob again every few seconds to learn of new decoders: this is that path."""
+        Ranks call OpenJob again every few seconds to learn of new decoders: this is that path.
+        `owner`: the caller's identity; only its own jobs are found."""
         if not 0 <= rank < spec.world_size:
             raise InvalidJobSpec(f"rank {rank} is outside world_size {spec.world_size} (0..{spec.world_size - 1})")
         priority = priority or DEFAULT_CLASS
         if priority not in self.priority_weights:
             raise InvalidJobSpec(f"priority class {priority!r} is not one of this service's: "
                                  f"{', '.join(sorted(self.priority_weights))} (its priority_classes setting)")
-        existing = self._by_name.get(name or spec.fingerprint)
+        existing = self._by_name.get((owner, name or spec.fingerprint))
         if existing is not None and existing.spec != spec:
             raise JobSpecConflict(f"rank {rank}'s spec differs from job {name or spec.fingerprint!r}: "
                                   + "; ".join(spec.differences(existing.spec)))
@@ -152,38 +170,45 @@ class JobRegistry:
                                   f"{existing.name!r} is in {existing.priority!r}: give every rank the same class")
         return existing
 
-    def open(self, name: str, spec: JobSpec, rank: int, priority: str = "") -> Job:
-        existing = self.find(name, spec, rank, priority)
+    def open(self, name: str, spec: JobSpec, rank: int, priority: str = "", owner: str = "",
+             allow: Callable[[str], None] | None = None) -> Job:
+        """Open the job (or join it, when another rank just did). `owner`: the caller's identity;
+        `allow`: its own check of each dataset URL, before the service's (allowed_dataset_prefixes)."""
+        existing = self.find(name, spec, rank, priority, owner)
         if existing is not None:
             return existing
         name = name or spec.fingerprint
         with self._lock:
-            name_lock = self._opening.setdefault(name, threading.Lock())
+            name_lock = self._opening.setdefault((owner, name), threading.Lock())
         with name_lock:  # ranks opening the same job concurrently index it once
-            existing = self.find(name, spec, rank, priority)
+            existing = self.find(name, spec, rank, priority, owner)
             if existing is not None:
                 return existing
-            job = self._create(name, spec, priority or DEFAULT_CLASS)
+            job = self._create(name, spec, priority or DEFAULT_CLASS, owner, allow)
             with self._lock:
                 self._jobs[job.job_id] = job
-                self._by_name[name] = job
+                self._by_name[(owner, name)] = job
             log.info("opened job %s (%r): %d samples, %d batches per rank x %d ranks",
                      job.job_id, name, job.index.num_rows, job.sampling.batches_per_rank,
                      spec.world_size)
             return job
 
-    def _create(self, name: str, spec: JobSpec, priority: str) -> Job:
+    def _create(self, name: str, spec: JobSpec, priority: str, owner: str = "",
+                allow: Callable[[str], None] | None = None) -> Job:
+        check = self.access.check if allow is None else functools.partial(_both, allow, self.access.check)
         transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
         columns = spec.columns  # and the plan's columns, wherever the batches leave them out
         for planned in (spec.weights, spec.bucket_by):
             if planned and columns and planned not in columns:
                 columns = (*columns, planned)
-        index = index_dataset(spec.dataset, columns, allow=self.access.check, format=spec.format,
+        index = index_dataset(spec.dataset, columns, allow=check, format=spec.format,
                               format_args=job_format_args(spec.format, spec.format_args, spec.transform_kwargs))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         selected = [f for f in index.schema if not spec.columns or f.name in spec.columns]  # not the plan's
         check_job_schema(pa.schema(selected), transform, spec.collate)
-        job_id = hashlib.sha256(f"{name}\0{spec.fingerprint}".encode()).hexdigest()[:16]
+        # Stable across restarts; an owner's jobs are its own (the same name under another is another job).
+        key = f"{owner}\0{name}\0{spec.fingerprint}" if owner else f"{name}\0{spec.fingerprint}"
+        job_id = hashlib.sha256(key.encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
                                 spec.seed, spec.drop_last, spec.shuffle_block,
                                 index.row_group_rows if spec.shuffle_block else (),
@@ -195,9 +220,10 @@ class JobRegistry:
                            allowed_transform_modules=self.allowed_transform_modules,
                            seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
                            collate=spec.collate, pad_value=spec.pad_value,
-                           weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes)
+                           weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes,
+                           owner=owner)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
-                   manifest=job_manifest(spec, index), priority=priority)
+                   manifest=job_manifest(spec, index), priority=priority, owner=owner)
 
     def expire(self, idle_ttl_s: float, streaming: Collection[str] = ()) -> list[Job]:
         """Forget jobs that sent nothing for idle_ttl_s and have no open stream (job ids in
@@ -207,8 +233,8 @@ class JobRegistry:
             idle = [j for j in self._jobs.values() if j.job_id not in streaming and j.last_active < cutoff]
             for job in idle:
                 del self._jobs[job.job_id]
-                if self._by_name.get(job.name) is job:
-                    del self._by_name[job.name]
+                if self._by_name.get((job.owner, job.name)) is job:
+                    del self._by_name[(job.owner, job.name)]
         for job in idle:
             log.info("forgot idle job %s (%r)", job.job_id, job.name)
         return idle

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from shardstream.service.control.bounded import StorageCalls
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.pool import DecodePool
+from shardstream.service.identities import Refusals
 from shardstream.service.node.read_counters import TIERS
 
 log = logging.getLogger(__name__)
@@ -31,7 +32,8 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2
 
 
 class ServiceMetrics:
-    def __init__(self, registry: JobRegistry, pool: DecodePool, storage_calls: StorageCalls) -> None:
+    def __init__(self, registry: JobRegistry, pool: DecodePool, storage_calls: StorageCalls,
+                 refusals: Refusals | None = None) -> None:
         self.prometheus = CollectorRegistry()
         self.decode_seconds = Histogram(
             "shardstream_decode_seconds", "Time a decode actor spent producing one batch",
@@ -45,6 +47,8 @@ class ServiceMetrics:
               "Storage calls (dataset listings) still running past their request's deadline",
               registry=self.prometheus).set_function(lambda: storage_calls.abandoned)
         self.prometheus.register(_StateCollector(registry, pool))
+        if refusals is not None:  # with a tokens file
+            self.prometheus.register(_RefusalsCollector(refusals))
 
     def batches_decoded(self, decode_s: list[float]) -> None:
         """Decode times the actors' batch servers reported."""
@@ -55,6 +59,21 @@ class ServiceMetrics:
         server, _thread = start_http_server(port, addr=host, registry=self.prometheus)
         log.info("metrics on http://%s:%d/metrics", host, server.server_port)
         return server
+
+
+class _RefusalsCollector(Collector):
+    """Calls refused by the tokens file, on the service's port and the decoders' (identities.py)."""
+
+    def __init__(self, refusals: Refusals) -> None:
+        self.refusals = refusals
+
+    def collect(self) -> Iterator[Metric]:
+        family = CounterMetricFamily("shardstream_auth_refusals",
+                                     "Calls refused by the tokens file, by identity ('unknown': no known token) "
+                                     "and reason", labels=["identity", "reason"])
+        for (identity, reason), count in sorted(self.refusals.totals().items()):
+            family.add_metric([identity, reason], count)
+        yield family
 
 
 class _StateCollector(Collector):
@@ -92,18 +111,18 @@ class _StateCollector(Collector):
         for job in self.registry.all():
             c = job.counters
             for name, family in counters.items():
-                family.add_metric([job.name], getattr(c, name))
-            streams.add_metric([job.name], streaming.get(job.job_id, 0))
+                family.add_metric([job.label], getattr(c, name))
+            streams.add_metric([job.label], streaming.get(job.job_id, 0))
             ranks = job.ranks()
             for rank in ranks:
                 if rank.position:
-                    position.add_metric([job.name, str(rank.rank)], rank.position)
-                    lag.add_metric([job.name, str(rank.rank)], rank.lag)
+                    position.add_metric([job.label, str(rank.rank)], rank.position)
+                    lag.add_metric([job.label, str(rank.rank)], rank.lag)
                 if rank.data_stall is not None:
-                    stall.add_metric([job.name, str(rank.rank)], rank.data_stall)
+                    stall.add_metric([job.label, str(rank.rank)], rank.data_stall)
             stalls = [rank.data_stall for rank in ranks if rank.data_stall is not None]
             if stalls:
-                job_stall.add_metric([job.name], max(stalls))
+                job_stall.add_metric([job.label], max(stalls))
         yield from counters.values()
         yield from (streams, position, lag, stall, job_stall)
         status = self.pool.status()

@@ -29,6 +29,7 @@ from ray.exceptions import RayActorError
 
 from shardstream.proto.errors import ServiceUnavailable
 from shardstream.service.config import ServeSettings
+from shardstream.service.identities import IdentityTable
 from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batching import DecodeJob
 from shardstream.service.node.decoder import DecodeWorker, ReadSettings
@@ -99,6 +100,8 @@ class DecodePool:
         # What the actors' batch servers sent, per job (server.py counts it in the job registry).
         self.on_served: Callable[[str, JobServed], None] = lambda _job_id, _served: None
         self.on_decoded: Callable[[list[float]], None] = lambda _seconds: None  # ... and how long each took
+        # ... and the streams they refused by the tokens file: (identity, reason) -> count
+        self.on_refused: Callable[[dict[tuple[str, str], int]], None] = lambda _refusals: None
         self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
         self._reconcile_s = reconcile_s
         self._reconcile()
@@ -215,6 +218,8 @@ class DecodePool:
             for job_id, served in report.served.items():
                 self.on_served(job_id, served)
             self.on_decoded(report.decode_seconds)
+            if report.refusals:
+                self.on_refused(report.refusals)
             slot.heartbeat = None
         now = time.monotonic()
         if now >= slot.next_report - self._reconcile_s / 2:  # this tick, not the one after
@@ -313,6 +318,19 @@ class DecodePool:
                     self._job_held.add(job.job_id)
         if waiting:
             log.warning("%d decode actor(s) did not open job %s within %.0f s", len(waiting), job.job_id,
+                        timeout_s)
+
+    def set_identities(self, table: IdentityTable, timeout_s: float = 10.0) -> None:
+        """A changed tokens file: every actor (starting ones too, and those that start later) gets
+        the new table; wait until the ready ones have it."""
+        with self._cond:
+            self._serving = dataclasses.replace(self._serving, identities=table)
+            calls = [(s.state, s.actor.set_identities.remote(table)) for s in self._slots
+                     if s.state is not SlotState.DEAD]
+        ready = [call for state, call in calls if state is SlotState.READY]
+        waiting = ray.wait(ready, num_returns=len(ready), timeout=timeout_s)[1] if ready else []
+        if waiting:
+            log.warning("%d decode actor(s) did not take the changed tokens file within %.0f s", len(waiting),
                         timeout_s)
 
     def forget(self, job_id: str) -> None:

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from concurrent import futures
@@ -20,11 +21,13 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.access import DatasetAccess
+from shardstream.service.control.auth import Gate
 from shardstream.service.control.bounded import StorageCalls
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.servicer import LoaderServicer, lenient_parser
+from shardstream.service.identities import IdentityFile, Refusals
 from shardstream.service.node.decoder import ReadSettings
 from shardstream.service.server_options import SERVER_OPTIONS
 from shardstream.service.shares import priority_weights
@@ -33,6 +36,7 @@ from shardstream.service.tls import TlsFiles, server_credentials
 log = logging.getLogger(__name__)
 
 ACTOR_START_TIMEOUT_S = 120.0
+IDENTITIES_CHECK_S = 1.0  # how often the tokens file is looked at for changes
 
 
 def grpc_options(max_send_bytes: int, max_receive_bytes: int) -> list[tuple[str, int]]:
@@ -53,10 +57,26 @@ class Service:
     config: ServiceConfig
     storage_calls: StorageCalls
     metrics_server: WSGIServer | None = None
+    gate: Gate | None = None  # with a tokens file (auth.py)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         threading.Thread(target=self._expire_idle_jobs, name="shardstream-janitor", daemon=True).start()
+        if self.gate is not None:
+            threading.Thread(target=self._follow_identities, args=(self.gate,), name="shardstream-identities",
+                             daemon=True).start()
+
+    def _follow_identities(self, gate: Gate) -> None:
+        """Read the tokens file again when it changes: the decode actors get the new table first,
+        then the service's port, so a call the port admits is admitted by the decoders too."""
+        while not self._stopped.wait(IDENTITIES_CHECK_S):
+            try:
+                table = gate.file.refresh()
+                if table is not None:
+                    self.pool.set_identities(table)
+                    gate.table = table
+            except Exception:  # the watcher must outlive a flaky Ray call
+                log.exception("applying the changed tokens file failed")
 
     def _expire_idle_jobs(self) -> None:
         interval = min(60.0, self.config.job_idle_ttl_s / 4)
@@ -96,25 +116,34 @@ def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
 def create_server(config: ServiceConfig) -> tuple[Service, int]:
     """Start the service on an already-initialised Ray; returns the bound port."""
     credentials = server_credentials(config)  # first: unreadable TLS files fail before anything starts
+    # ... and a tokens file that does not load (identities.py)
+    identities = (IdentityFile(config.auth_tokens_file, priority_weights(config.priority_classes))
+                  if config.auth_tokens_file else None)
     keep_freed_memory()  # framed messages reuse mapped heap memory (allocator.py)
+    refusals = Refusals("service")
     pool = DecodePool(config.num_decoders, config.decoder_cpus, ReadSettings(
         config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes,
         config.prepared_cache_memory_dir, config.prepared_cache_memory_bytes,
         config.prepared_cache_disk_dir, config.prepared_cache_disk_bytes),
-        serving=config.batch_serving, tls=TlsFiles.of(config))
+        serving=dataclasses.replace(config.batch_serving, identities=identities.table if identities is not None else None),
+        tls=TlsFiles.of(config))
+    pool.on_refused = refusals.add  # what the decoders' batch servers refused
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes),
                            priority_weights(config.priority_classes), config.job_max_cache_bytes)
     pool.on_served = registry.record_served
+    storage_calls = StorageCalls(config.max_abandoned_storage_calls)
+    metrics = ServiceMetrics(registry, pool, storage_calls, refusals if identities is not None else None)
+    gate = (Gate(identities, refusals, on_unauthenticated=metrics.errors.labels("UNAUTHENTICATED").inc)
+            if identities is not None else None)
     server = grpc.server(
         futures.ThreadPoolExecutor(max_workers=config.grpc_workers, thread_name_prefix="shardstream-rpc"),
         options=grpc_options(config.max_message_bytes, config.max_request_bytes),
+        interceptors=[gate.interceptor()] if gate is not None else None,
     )
-    storage_calls = StorageCalls(config.max_abandoned_storage_calls)
-    metrics = ServiceMetrics(registry, pool, storage_calls)
     pool.on_decoded = metrics.batches_decoded
     server.add_generic_rpc_handlers(
-        (_loader_handler(LoaderServicer(config, registry, pool, metrics, storage_calls)),))
+        (_loader_handler(LoaderServicer(config, registry, pool, metrics, storage_calls, gate)),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = (server.add_secure_port(config.address, credentials) if credentials is not None
@@ -125,11 +154,12 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     for name in ("", SERVICE_NAME):
         health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
     metrics_server = metrics.serve_http(config.host, config.metrics_port) if config.metrics_port is not None else None
-    log.info("shardstream serving on %s:%d%s with %d decode actor(s)", config.host, port,
-             " (TLS)" if credentials is not None else "", pool.size)
+    log.info("shardstream serving on %s:%d%s%s with %d decode actor(s)", config.host, port,
+             " (TLS)" if credentials is not None else "",
+             f" (tokens: {len(identities.table.identities)} identities)" if identities is not None else "", pool.size)
     service = Service(server=server, pool=pool, registry=registry, health=health_servicer,
                       metrics=metrics, config=config, storage_calls=storage_calls,
-                      metrics_server=metrics_server)
+                      metrics_server=metrics_server, gate=gate)
     return service, port
 
 

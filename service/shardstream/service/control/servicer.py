@@ -29,6 +29,7 @@ from shardstream.proto.errors import (
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
+from shardstream.service.control.auth import Gate, caller
 from shardstream.service.control.bounded import StorageCalls
 from shardstream.service.control.jobs import Job, JobRegistry, RankProgress
 from shardstream.service.control.metrics import ServiceMetrics
@@ -94,8 +95,9 @@ def _check_version(version: int) -> None:
 
 class LoaderServicer(pb_grpc.LoaderServicer):
     def __init__(self, config: ServiceConfig, registry: JobRegistry, pool: DecodePool,
-                 metrics: ServiceMetrics, storage_calls: StorageCalls) -> None:
+                 metrics: ServiceMetrics, storage_calls: StorageCalls, gate: Gate | None = None) -> None:
         self.config = config
+        self.gate = gate  # None: no tokens file, no identities (auth.py)
         self.registry = registry
         self.pool = pool
         self.metrics = metrics
@@ -108,11 +110,15 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             request.refuse()
         _check_version(request.protocol_version)
         spec = JobSpec.from_proto(request.spec)
+        identity, owner, allow = caller(), "", None
+        if identity is not None and self.gate is not None:  # its grants, checked before anything is read
+            self.gate.check_open(identity, spec, request.priority, context.peer())
+            owner, allow = identity.name, self.gate.dataset_check(identity, context.peer())
         # Opening reads remote storage, which may not answer: bounded by the deadline (bounded.py).
         # Joining an open job reads nothing.
-        job = self.registry.find(request.job_name, spec, request.rank, request.priority) or self.storage_calls.run(
-            lambda: self.registry.open(request.job_name, spec, request.rank, request.priority), context.time_remaining(),
-            f"opening dataset {list(spec.dataset)}")
+        job = self.registry.find(request.job_name, spec, request.rank, request.priority, owner) or self.storage_calls.run(
+            lambda: self.registry.open(request.job_name, spec, request.rank, request.priority, owner, allow),
+            context.time_remaining(), f"opening dataset {list(spec.dataset)}")
         self.pool.register(job.decode)  # every decode actor learns the job (their batch servers plan it)
         return pb.OpenJobResponse(
             job_id=job.job_id,
@@ -132,10 +138,12 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         if isinstance(request, MalformedRequest):
             request.refuse()
         streaming = self.pool.streaming_ranks()
+        identity = caller()  # with a tokens file: its own jobs (an admin's: all)
         return pb.ServiceStatus(
             protocol_version=PROTOCOL_VERSION,
             decoders=self.pool.size,
-            jobs=[_job_status(job, streaming.get(job.job_id, 0)) for job in self.registry.all()],
+            jobs=[_job_status(job, streaming.get(job.job_id, 0)) for job in self.registry.all()
+                  if Gate.sees(identity, job.owner)],
             uptime_seconds=time.monotonic() - self.started,
             decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n, decoded=done)
                             for node, n, done in self.pool.status()],
@@ -164,7 +172,7 @@ def _job_status(job: Job, streaming: int) -> pb.JobStatus:
         format=job.index.format, dataset_fingerprint=job.index.fingerprint,
         pipeline_hash=job.manifest.get("pipeline", {}).get("hash", ""),
         ranks=[_rank_status(rank) for rank in job.ranks()],
-        priority=job.priority, priority_weight=job.decode.weight,
+        priority=job.priority, priority_weight=job.decode.weight, owner=job.owner,
     )
 
 

@@ -31,6 +31,8 @@ class DirectReport:
     decode_seconds: list[float] = field(default_factory=list)  # each batch its server decoded
     queued: int = 0  # steps its batch server has accepted and not yet sent, now
     streaming: dict[str, set[int]] = field(default_factory=dict)  # job id -> ranks with a stream open now
+    # (identity, reason) -> streams its batch server refused by the tokens file since the last report
+    refusals: dict[tuple[str, str], int] = field(default_factory=dict)
 
 
 __all__ = ["DirectReport", "JobServed"]

@@ -7,6 +7,12 @@ single worker thread, because an actor is one CPU, shared between jobs by
 their weights (fair_queue.py). The actor computes the
 epoch's plan itself, so a request names (epoch, rank, step) and no sample
 index crosses the wire.
+
+With a tokens file (identities.py) a stream must carry a known token
+(UNAUTHENTICATED otherwise), and gets only the batches of jobs its identity
+opened (PERMISSION_DENIED otherwise), checked when it opens and with each
+want. The stream's bulk socket needs no token of its own: the one-time token
+for it is handed out on this stream, after these checks (bulk_listener.py).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from shardstream.proto.errors import (
     ERROR_METADATA_KEY,
     DeadlineExceeded,
     InvalidJobSpec,
+    PermissionDenied,
     ProtocolMismatch,
     ServiceUnavailable,
     ShardstreamError,
@@ -43,6 +50,7 @@ from shardstream.proto.wire import (
 )
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.config import ServeSettings
+from shardstream.service.identities import Identity, Refusals, authenticate
 from shardstream.service.node.batching import DecodedBatch
 from shardstream.service.node.bulk_listener import BulkConnection, BulkListener
 from shardstream.service.node.fair_queue import FairQueue
@@ -69,8 +77,12 @@ Stalls = dict[tuple[str, int], tuple[float, float]]
 class BatchServer:
     def __init__(self, decode_step: DecodeStep, host: str, settings: ServeSettings | None = None,
                  on_sent: OnSent | None = None, tls: TlsFiles | None = None,
-                 weight_of: Callable[[str], float] = lambda _: 1.0) -> None:
+                 weight_of: Callable[[str], float] = lambda _: 1.0,
+                 owner_of: Callable[[str], str | None] = lambda _: None) -> None:
         settings = settings or ServeSettings()
+        self.identities = settings.identities  # the tokens file's (None: no token asked); replaced when it changes
+        self.refusals = Refusals("decoder")  # counted into the actor's report
+        self._owner_of = owner_of  # job id -> the identity that opened it (None: not held here)
         ports, max_message_bytes = settings.ports, settings.max_message_bytes
         self._decode_timeout_s = settings.decode_timeout_s
         self._decode_step = decode_step
@@ -169,6 +181,7 @@ class BatchServer:
 
     async def _fetch(self, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
         try:
+            identity = self._admit(context)  # before reading anything
             first = await anext(requests, None)
             if not isinstance(first, pb.FetchControl) or first.WhichOneof("kind") != "open":
                 raise InvalidJobSpec("a FetchBatches stream must start with an 'open' message")
@@ -176,11 +189,12 @@ class BatchServer:
             if opened.protocol_version != PROTOCOL_VERSION:
                 raise ProtocolMismatch(f"client speaks protocol version {opened.protocol_version}, this "
                                        f"decoder speaks {PROTOCOL_VERSION}: install matching shardstream versions")
+            self._check_owner(identity, opened.job_id, context.peer())
             loop = asyncio.get_running_loop()
             stream = (opened.job_id, opened.rank)
             self._open[stream] += 1
             try:
-                async for message in self._serve(requests, opened, loop):
+                async for message in self._serve(requests, opened, loop, identity, context.peer()):
                     yield message
             finally:
                 self._open[stream] -= 1
@@ -193,8 +207,27 @@ class BatchServer:
             log.exception("batch server: internal error")
             await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
 
-    async def _serve(self, requests: AsyncIterator[Any], opened: pb.FetchOpen,
-                     loop: asyncio.AbstractEventLoop) -> AsyncIterator[bytes]:
+    def _admit(self, context: grpc.aio.ServicerContext) -> Identity | None:
+        """The stream's identity (its `authorization` metadata), or Unauthenticated; None without a
+        tokens file."""
+        table = self.identities
+        if table is None:
+            return None
+        return authenticate(table, context.invocation_metadata(), "FetchBatches", self.refusals, context.peer())
+
+    def _check_owner(self, identity: Identity | None, job_id: str, peer: str) -> None:
+        """PermissionDenied unless the job was opened by the stream's identity (a job this actor does
+        not hold passes here: decoding it says JobNotFound)."""
+        if identity is None:
+            return
+        owner = self._owner_of(job_id)
+        if owner is not None and owner != identity.name:
+            raise self.refusals.refuse(
+                PermissionDenied, identity.name, "job", f"identity {identity.name!r} may not fetch batches of job "
+                f"{job_id!r}: another identity opened it", peer)
+
+    async def _serve(self, requests: AsyncIterator[Any], opened: pb.FetchOpen, loop: asyncio.AbstractEventLoop,
+                     identity: Identity | None = None, peer: str = "") -> AsyncIterator[bytes]:
         """The batches of one opened stream, one per want, in the order asked."""
         slots = StreamSlots()  # the rank's shared-memory slots, when it offers them (shared_slots.py)
         token = b""  # the stream's bulk socket, when the rank takes one (bulk_listener.py)
@@ -208,7 +241,7 @@ class BatchServer:
                 offer = self._bulk.offer() if self._bulk is not None else BulkOffer(0, b"")
                 token = offer.token
                 yield encode_bulk_offer(offer)
-            reading = loop.create_task(self._read_wants(requests, opened, slots, wants, loop))
+            reading = loop.create_task(self._read_wants(requests, opened, slots, wants, loop, identity, peer))
             while (item := await wants.get()) is not None:
                 if isinstance(item, BaseException):
                     raise item
@@ -255,15 +288,17 @@ class BatchServer:
 
     async def _read_wants(self, requests: AsyncIterator[Any], opened: pb.FetchOpen, slots: StreamSlots,
                           wants: asyncio.Queue[_Wanted | BaseException | None],
-                          loop: asyncio.AbstractEventLoop) -> None:
+                          loop: asyncio.AbstractEventLoop, identity: Identity | None = None, peer: str = "") -> None:
         """Read the stream's wants as they come and queue each one's decoding at once, so a rank's
         wants wait in its job's queue (fair_queue.py) while earlier batches are being sent; None
-        at the end, or what went wrong, in order."""
+        at the end, or what went wrong, in order. Each want is checked against the job's owner: the
+        job may have reached this actor after the stream opened."""
         try:
             async for control in requests:
                 if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
                     raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
                 want = control.want
+                self._check_owner(identity, opened.job_id, peer)
                 if want.HasField("data_stall"):  # the rank's, for the service's status and metrics
                     with self._stalls_lock:
                         self._stalls[(opened.job_id, opened.rank)] = (want.data_stall, time.time())

@@ -70,6 +70,7 @@ class DecodeJob:
     collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
     pad_value: float = 0.0
     weight: float = 1.0  # its share of each decode actor's time (its priority class; fair_queue.py)
+    owner: str = ""  # the identity that opened it: only that identity's streams get its batches
     max_cache_bytes: int | None = None  # prepared samples it may keep from each actor (prepared_cache.py)
 
 

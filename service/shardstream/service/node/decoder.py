@@ -27,6 +27,7 @@ from shardstream.proto.wire import Allocate, FrameHeader
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.config import ServeSettings
+from shardstream.service.identities import IdentityTable
 from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batch_server import BatchServer
 from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
@@ -93,7 +94,8 @@ class DecodeWorker:
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
         self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address(), serving,
-                                         on_sent=self._sent, tls=tls, weight_of=self._weight)
+                                         on_sent=self._sent, tls=tls, weight_of=self._weight,
+                                         owner_of=self._owner)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
@@ -146,6 +148,7 @@ class DecodeWorker:
         with self._lock:
             report, self._report = self._report, DirectReport(ReadCounters(), {})
         report.queued, report.streaming = self._batch_server.queued, self._batch_server.streaming()
+        report.refusals = self._batch_server.refusals.take()
         for (job_id, rank), stall in self._batch_server.take_stalls().items():
             report.served.setdefault(job_id, JobServed()).stalls[rank] = stall
         return report
@@ -178,6 +181,17 @@ class DecodeWorker:
         with self._lock:
             entry = self._jobs.get(job_id)
         return entry[0].weight if entry is not None else 1.0
+
+    def _owner(self, job_id: str) -> str | None:
+        """The identity that opened the job (tokens file), or None when this actor does not hold it."""
+        with self._lock:
+            entry = self._jobs.get(job_id)
+        return entry[0].owner if entry is not None else None
+
+    def set_identities(self, table: IdentityTable) -> None:
+        """The tokens file changed (the pool's, once it has read it): streams opened from now on are
+        admitted by the new table."""
+        self._batch_server.identities = table
 
     def set_peers(self, nodes: dict[str, list[Any]]) -> None:
         """The decode actors of every node (the pool's, when they change): the homes of prepared

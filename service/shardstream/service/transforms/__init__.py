@@ -9,7 +9,7 @@ Its module must start with one of the service's allowed prefixes.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from shardstream.proto.errors import InvalidJobSpec, TransformNotAllowed, UnknownTransform
@@ -51,11 +51,17 @@ def _import_factory(name: str, allowed_modules: tuple[str, ...]) -> Callable[...
     return import_allowed(name, allowed_modules, "transform")  # type: ignore[no-any-return]
 
 
+def module_allowed(module_name: str, prefixes: Sequence[str]) -> bool:
+    """Whether `module_name` is one of `prefixes` or inside one (at a dot: `acme` admits `acme.tf`,
+    not `acmex`)."""
+    return any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in prefixes)
+
+
 def import_allowed(name: str, allowed_modules: tuple[str, ...], kind: str) -> Callable[..., Any]:
     """The callable `package.module:attr` names, when its module is under an allowed prefix (the
     service's --allow-transform-module): user transforms and user collates alike."""
     module_name, _, attr = name.partition(":")
-    if not any(module_name == p or module_name.startswith(p.rstrip(".") + ".") for p in allowed_modules):
+    if not module_allowed(module_name, allowed_modules):
         raise TransformNotAllowed(
             f"{kind} module {module_name!r} is not allowed on this service "
             f"(allowed prefixes: {list(allowed_modules) or 'none'}; see --allow-transform-module)"
@@ -70,4 +76,5 @@ def import_allowed(name: str, allowed_modules: tuple[str, ...], kind: str) -> Ca
     return found  # type: ignore[no-any-return]
 
 
-__all__ = ["BUILTIN", "SampleTransform", "build_transform", "collate", "import_allowed", "sample_rng"]
+__all__ = ["BUILTIN", "SampleTransform", "build_transform", "collate", "import_allowed", "module_allowed",
+           "sample_rng"]
