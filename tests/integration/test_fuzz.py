@@ -14,7 +14,7 @@ from typing import Any
 
 import grpc
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from shardstream.client import RemoteLoader
@@ -193,9 +193,10 @@ metadata_lists = st.one_of(
 
 
 def admitted(metadata: list[tuple[str, Any]]) -> bool:
-    """The oracle: one `authorization` entry, 'Bearer' (any case), whitespace, the known token."""
+    """The oracle: one `authorization` entry, 'Bearer' (any case), whitespace, the known token (exact
+    case: tokens are compared byte for byte)."""
     found = [value for key, value in metadata if key == "authorization"]
-    return len(found) == 1 and re.fullmatch(rf"\s*bearer\s+{re.escape(KNOWN)}\s*", found[0], re.I) is not None
+    return len(found) == 1 and re.fullmatch(rf"\s*(?i:bearer)\s+{re.escape(KNOWN)}\s*", found[0]) is not None
 
 
 class AuthTarget:
@@ -244,6 +245,9 @@ def test_malformed_authorization_metadata_is_unauthenticated(auth_service: tuple
 
         @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
         @given(metadata=metadata_lists, port=st.sampled_from(["service", "decoder"]))
+        @example(metadata=[("authorization", f"Bearer {KNOWN}")], port="service")  # admitted, on both ports
+        @example(metadata=[("x-a", "1"), ("authorization", f"  bearer   {KNOWN} ")], port="decoder")
+        @example(metadata=[("authorization", f"Bearer {KNOWN.upper()}")], port="service")  # tokens keep case
         def fuzz(metadata: list[tuple[str, Any]], port: str) -> None:
             try:
                 if port == "service":
