@@ -138,4 +138,26 @@ def _check_same_job(known: pb.OpenJobResponse, job: pb.OpenJobResponse) -> None:
                 f"{getattr(known, field)!r}: the dataset or the service changed under the running job")
 
 
-__all__ = ["CHANNEL_OPTIONS", "ServiceConnection"]
+class NoProgress:
+    """Bounds reopening a job that makes no progress: the service answers OpenJob, but every
+    decoder it lists fails (unreachable data ports, a certificate that does not match). After
+    `timeout_s` without a batch, the last failure is raised; between attempts it backs off."""
+
+    def __init__(self, timeout_s: float) -> None:
+        self._timeout_s = timeout_s
+        self._step = -1
+        self._since = 0.0
+        self._delay = 0.1
+
+    def check(self, step: int, exc: ShardstreamError) -> None:
+        now = time.monotonic()
+        if step != self._step:  # progress since the last failure
+            self._step, self._since, self._delay = step, now, 0.1
+            return
+        if now - self._since > self._timeout_s:
+            raise ServiceUnavailable(f"no batch for {self._timeout_s:.0f} s while reopening the job: {exc}") from exc
+        time.sleep(self._delay)
+        self._delay = min(self._delay * 2, 2.0)
+
+
+__all__ = ["CHANNEL_OPTIONS", "NoProgress", "ServiceConnection"]

@@ -25,12 +25,12 @@ from typing import Any, Literal
 
 from shardstream.client.auth import Token
 from shardstream.client.channels import DecoderChannels
-from shardstream.client.connection import CHANNEL_OPTIONS, ServiceConnection
+from shardstream.client.connection import CHANNEL_OPTIONS, NoProgress, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
 from shardstream.client.job_spec import job_spec
 from shardstream.client.profiling import NamedWaits
-from shardstream.client.stall import StallMeter
+from shardstream.client.stall import LoopWaits
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import Batch, batch_to_tensors, pin_available
@@ -180,7 +180,7 @@ class RemoteLoader:
         self._next_epoch: int | None = None
         self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
         self.stats = LoaderStats()  # batches, samples, bytes delivered; time the loop waited
-        self._stall = StallMeter()  # the share of recent loop time spent waiting, sent with wants
+        self._waits = LoopWaits(self.stats)  # time in next(): stats.wait_seconds and the stall sent with wants
         self.spec = job_spec(
             dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
             world_size=self.world_size, shuffle_block=shuffle_block, transform=transform,
@@ -231,7 +231,7 @@ class RemoteLoader:
         """The share (0..1) of the training loop's last ~10 s it spent waiting in ``next()`` for
         data, as this rank reports it to the service with its wants (``shardstream status``, the
         ``shardstream_rank_data_stall_ratio`` metric); None before the first ``next()``."""
-        return self._stall.ratio(time.perf_counter())
+        return self._waits.meter.ratio(time.perf_counter())
 
     def set_epoch(self, epoch: int) -> None:
         """Like DistributedSampler.set_epoch: the next iteration runs this epoch."""
@@ -268,14 +268,13 @@ class RemoteLoader:
                 self._resume = (epoch, start_step) if start_step else None
             raise
         finally:
-            self._stall.wait_ended(time.perf_counter())  # the end of the stream, or a wait that raised
+            self._waits.ended(time.perf_counter())  # a wait that raised (else a no-op)
 
     def _batches(self, epoch: int, start_step: int) -> Iterator[Batch]:
         """Batches start_step.. of `epoch`, reconnecting and resuming at the next batch if the link breaks."""
         step = start_step
-        resumed = time.perf_counter()  # the loop is blocked in next() from here until the yield
-        self._stall.wait_started(resumed)
-        stuck = _NoProgress(self.reconnect_timeout)
+        self._waits.started(time.perf_counter())  # the loop is blocked in next() from here until the yield
+        stuck = NoProgress(self.reconnect_timeout)
         while step < len(self):
             prefetcher: DirectPrefetcher | None = None
             try:
@@ -297,13 +296,10 @@ class RemoteLoader:
                     self._steps_done = step
                     self.samples_replaced += message.replaced_samples
                     self.stats.add_batch(tensors)
-                    handed = time.perf_counter()
-                    self.stats.wait_seconds += handed - resumed
-                    self._stall.wait_ended(handed)
+                    self._waits.ended(time.perf_counter())
                     yield tensors
                     del tensors  # dropped before its room in the window goes back with the next request
-                    resumed = time.perf_counter()
-                    self._stall.wait_started(resumed)
+                    self._waits.started(time.perf_counter())
             except (ServiceUnavailable, JobNotFound) as exc:
                 if isinstance(exc, ServiceUnavailable) and exc.from_service:
                     raise  # the service is up and says it cannot serve (no decoders): not a link failure
@@ -317,7 +313,7 @@ class RemoteLoader:
             if step != len(self):
                 raise ShardstreamError(f"job {self.job.job_id} rank {self.rank} epoch {epoch}: the stream "
                                        f"ended after {step} of {len(self)} batches")
-        self.stats.wait_seconds += time.perf_counter() - resumed  # the stream's end, too
+        self._waits.ended(time.perf_counter())  # the stream's end, too
 
     def _open_stream(self, epoch: int, start_step: int) -> DirectPrefetcher:
         """Fetch this epoch's batches from the decoders themselves (docs/data-plane.md)."""
@@ -393,28 +389,6 @@ class RemoteLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-class _NoProgress:
-    """Bounds reopening a job that makes no progress: the service answers OpenJob, but every
-    decoder it lists fails (unreachable data ports, a certificate that does not match). After
-    `timeout_s` without a batch, the last failure is raised; between attempts it backs off."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self._timeout_s = timeout_s
-        self._step = -1
-        self._since = 0.0
-        self._delay = 0.1
-
-    def check(self, step: int, exc: ShardstreamError) -> None:
-        now = time.monotonic()
-        if step != self._step:  # progress since the last failure
-            self._step, self._since, self._delay = step, now, 0.1
-            return
-        if now - self._since > self._timeout_s:
-            raise ServiceUnavailable(f"no batch for {self._timeout_s:.0f} s while reopening the job: {exc}") from exc
-        time.sleep(self._delay)
-        self._delay = min(self._delay * 2, 2.0)
 
 
 __all__ = ["RemoteLoader"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from shardstream.client.stats import LoaderStats
+
 STALL_WINDOW_S = 10.0  # the weighting's time constant
 
 
@@ -63,4 +65,25 @@ class StallMeter:
         return self._wait * decay + (added if self._waiting else 0.0), self._loop * decay + added
 
 
-__all__ = ["STALL_WINDOW_S", "StallMeter"]
+class LoopWaits:
+    """The training loop's waits in ``next()``, timed once: summed into the loader's
+    ``stats.wait_seconds`` and weighted into its stall (`meter`)."""
+
+    def __init__(self, stats: LoaderStats) -> None:
+        self.stats = stats
+        self.meter = StallMeter()
+        self._started: float | None = None
+
+    def started(self, now: float) -> None:
+        self.meter.wait_started(now)
+        self._started = now
+
+    def ended(self, now: float) -> None:
+        """``next()`` returned or raised; a no-op when not waiting."""
+        if self._started is not None:
+            self.stats.wait_seconds += now - self._started
+            self._started = None
+        self.meter.wait_ended(now)
+
+
+__all__ = ["STALL_WINDOW_S", "LoopWaits", "StallMeter"]

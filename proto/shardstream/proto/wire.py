@@ -29,6 +29,18 @@ from typing import Any
 
 import numpy as np
 
+from shardstream.proto.protobuf_fields import (
+    LEN,
+    VARINT,
+    fields,
+    int_field,
+    key,
+    len_field,
+    packed,
+    signed,
+    unpack,
+    varint,
+)
 from shardstream.proto.wire_values import (
     BFLOAT16,
     BFLOAT16_BITS,
@@ -49,8 +61,6 @@ _BATCH_SHARED, _BATCH_BULK_OFFER, _BATCH_BULK_SIZE = 7, 8, 9
 _TENSOR_NAME, _TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_DATA = 1, 2, 3, 4
 _SHARED_SLOT, _SHARED_SIZE = 1, 2
 _OFFER_PORT, _OFFER_TOKEN = 1, 2
-_VARINT, _I64, _LEN, _I32 = 0, 1, 2, 5
-_MASK64 = (1 << 64) - 1
 
 
 @dataclass(frozen=True)
@@ -113,51 +123,25 @@ class BatchView:
 
 # ---------------------------------------------------------------- encoding
 
-def _varint(value: int) -> bytes:
-    value &= _MASK64  # negative int64s are 10-byte two's complement, as protobuf does
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _key(field: int, wire_type: int) -> bytes:
-    return _varint((field << 3) | wire_type)
-
-
-def _int_field(field: int, value: int) -> bytes:
-    return _key(field, _VARINT) + _varint(value) if value else b""
-
-
-def _len_field(field: int, payload: bytes) -> bytes:
-    return _key(field, _LEN) + _varint(len(payload)) + payload
-
-
-def _packed(values: np.ndarray | list[int]) -> bytes:
-    return b"".join(_varint(int(v)) for v in values)
-
-
 def _tensor_head(name: str, dtype: str, shape: tuple[int, ...], nbytes: int) -> bytes:
     """Everything of one ``tensors`` entry of a Batch up to its data bytes."""
-    head = _len_field(_TENSOR_NAME, name.encode()) + _len_field(_TENSOR_DTYPE, dtype.encode())
+    head = len_field(_TENSOR_NAME, name.encode()) + len_field(_TENSOR_DTYPE, dtype.encode())
     if shape:
-        head += _len_field(_TENSOR_SHAPE, _packed(list(shape)))
-    data_head = _key(_TENSOR_DATA, _LEN) + _varint(nbytes) if nbytes else b""
+        head += len_field(_TENSOR_SHAPE, packed(list(shape)))
+    data_head = key(_TENSOR_DATA, LEN) + varint(nbytes) if nbytes else b""
     body_len = len(head) + len(data_head) + nbytes
-    return _key(_BATCH_TENSORS, _LEN) + _varint(body_len) + head + data_head
+    return key(_BATCH_TENSORS, LEN) + varint(body_len) + head + data_head
 
 
 def _header(epoch: int, rank: int, step: int) -> bytes:
-    return _int_field(_BATCH_EPOCH, epoch) + _int_field(_BATCH_RANK, rank) + _int_field(_BATCH_STEP, step)
+    return int_field(_BATCH_EPOCH, epoch) + int_field(_BATCH_RANK, rank) + int_field(_BATCH_STEP, step)
 
 
 def _trailer(sample_indices: np.ndarray, replaced_samples: int) -> bytes:
     indices = b""
     if len(sample_indices):
-        indices = _len_field(_BATCH_INDICES, _packed(np.asarray(sample_indices, dtype=np.int64)))
-    return indices + _int_field(_BATCH_REPLACED, replaced_samples)
+        indices = len_field(_BATCH_INDICES, packed(np.asarray(sample_indices, dtype=np.int64)))
+    return indices + int_field(_BATCH_REPLACED, replaced_samples)
 
 
 def _wire_dtype(name: str, dtype: np.dtype) -> np.dtype:
@@ -188,19 +172,19 @@ def encode_batch(epoch: int, rank: int, step: int, arrays: Mapping[str, np.ndarr
 
 def encode_shared(epoch: int, rank: int, step: int, where: SharedRef) -> bytes:
     """The stream's message for a batch written into a shared-memory slot."""
-    ref = _len_field(_SHARED_SLOT, where.slot.encode()) + _int_field(_SHARED_SIZE, where.size)
-    return _header(epoch, rank, step) + _len_field(_BATCH_SHARED, ref)
+    ref = len_field(_SHARED_SLOT, where.slot.encode()) + int_field(_SHARED_SIZE, where.size)
+    return _header(epoch, rank, step) + len_field(_BATCH_SHARED, ref)
 
 
 def encode_bulk(epoch: int, rank: int, step: int, size: int) -> bytes:
     """The stream's message for a batch whose `size` bytes follow on the bulk socket."""
-    return _header(epoch, rank, step) + _key(_BATCH_BULK_SIZE, _VARINT) + _varint(size)
+    return _header(epoch, rank, step) + key(_BATCH_BULK_SIZE, VARINT) + varint(size)
 
 
 def encode_bulk_offer(offer: BulkOffer) -> bytes:
     """A stream's first message when the rank may connect a bulk socket."""
-    body = _int_field(_OFFER_PORT, offer.port) + (_len_field(_OFFER_TOKEN, offer.token) if offer.token else b"")
-    return _len_field(_BATCH_BULK_OFFER, body)
+    body = int_field(_OFFER_PORT, offer.port) + (len_field(_OFFER_TOKEN, offer.token) if offer.token else b"")
+    return len_field(_BATCH_BULK_OFFER, body)
 
 
 @dataclass(frozen=True)
@@ -275,72 +259,18 @@ def _put(whole: np.ndarray, position: int, part: bytes) -> int:
 
 # ---------------------------------------------------------------- parsing
 
-def _read_varint(buf: memoryview, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        if pos >= len(buf):
-            raise WireError("truncated varint")
-        byte = buf[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if not byte & 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 70:
-            raise WireError("varint longer than 10 bytes")
-
-
-def _fields(buf: memoryview) -> list[tuple[int, int, int | memoryview]]:
-    """(field, wire type, value) for every field; LEN values are views into buf."""
-    out: list[tuple[int, int, int | memoryview]] = []
-    pos = 0
-    while pos < len(buf):
-        key, pos = _read_varint(buf, pos)
-        field, wire_type = key >> 3, key & 7
-        value: int | memoryview
-        if wire_type == _VARINT:
-            value, pos = _read_varint(buf, pos)
-        elif wire_type == _LEN:
-            length, pos = _read_varint(buf, pos)
-            if pos + length > len(buf):
-                raise WireError(f"field {field} claims {length} bytes, {len(buf) - pos} remain")
-            value, pos = buf[pos : pos + length], pos + length
-        elif wire_type == _I64:
-            value, pos = int.from_bytes(buf[pos : pos + 8], "little"), pos + 8
-        elif wire_type == _I32:
-            value, pos = int.from_bytes(buf[pos : pos + 4], "little"), pos + 4
-        else:
-            raise WireError(f"unsupported wire type {wire_type} for field {field}")
-        out.append((field, wire_type, value))
-    if pos != len(buf):
-        raise WireError("message ends inside a field")
-    return out
-
-
-def _signed(value: int) -> int:
-    return value - (1 << 64) if value >= 1 << 63 else value
-
-
-def _unpack(buf: memoryview) -> list[int]:
-    values, pos = [], 0
-    while pos < len(buf):
-        value, pos = _read_varint(buf, pos)
-        values.append(_signed(value))
-    return values
-
-
 def _parse_tensor(buf: memoryview) -> TensorView:
     name, dtype, shape, data = "", "", [], memoryview(b"")
-    for field, wire_type, value in _fields(buf):
+    for field, wire_type, value in fields(buf):
         if field == _TENSOR_NAME and isinstance(value, memoryview):
             name = bytes(value).decode()
         elif field == _TENSOR_DTYPE and isinstance(value, memoryview):
             dtype = bytes(value).decode()
         elif field == _TENSOR_SHAPE:
-            shape += _unpack(value) if isinstance(value, memoryview) else [_signed(value)]
+            shape += unpack(value) if isinstance(value, memoryview) else [signed(value)]
         elif field == _TENSOR_DATA and isinstance(value, memoryview):
             data = value
-        elif wire_type == _LEN and field in (_TENSOR_NAME, _TENSOR_DTYPE, _TENSOR_DATA):
+        elif wire_type == LEN and field in (_TENSOR_NAME, _TENSOR_DTYPE, _TENSOR_DATA):
             raise WireError(f"tensor field {field} has the wrong wire type")
     return TensorView(name=name, dtype=dtype, shape=tuple(shape), data=data)
 
@@ -354,17 +284,17 @@ def parse_batch(message: bytes | memoryview) -> BatchView:
     shared: SharedRef | None = None
     bulk_offer: BulkOffer | None = None
     bulk_size = 0
-    for field, _wire_type, value in _fields(buf):
+    for field, _wire_type, value in fields(buf):
         if field in ints and isinstance(value, int):
-            ints[field] = _signed(value)
+            ints[field] = signed(value)
         elif field == _BATCH_TENSORS and isinstance(value, memoryview):
             tensors.append(_parse_tensor(value))
         elif field == _BATCH_INDICES:
-            indices += _unpack(value) if isinstance(value, memoryview) else [_signed(value)]
+            indices += unpack(value) if isinstance(value, memoryview) else [signed(value)]
         elif field == _BATCH_SHARED and isinstance(value, memoryview):
             shared = _parse_shared(value)
         elif field == _BATCH_BULK_SIZE and isinstance(value, int):
-            bulk_size = _signed(value)
+            bulk_size = signed(value)
         elif field == _BATCH_BULK_OFFER and isinstance(value, memoryview):
             bulk_offer = _parse_offer(value)
     if bulk_size < 0:
@@ -377,11 +307,11 @@ def parse_batch(message: bytes | memoryview) -> BatchView:
 
 def _parse_shared(buf: memoryview) -> SharedRef:
     slot, size = "", -1
-    for field, _wire_type, value in _fields(buf):
+    for field, _wire_type, value in fields(buf):
         if field == _SHARED_SLOT and isinstance(value, memoryview):
             slot = bytes(value).decode()
         elif field == _SHARED_SIZE and isinstance(value, int):
-            size = _signed(value)
+            size = signed(value)
     if not slot or size < 0:
         raise WireError(f"a shared batch must name its slot and size (got {slot!r}, {size})")
     return SharedRef(slot, size)
@@ -389,7 +319,7 @@ def _parse_shared(buf: memoryview) -> SharedRef:
 
 def _parse_offer(buf: memoryview) -> BulkOffer:
     port, token = 0, b""
-    for field, _wire_type, value in _fields(buf):
+    for field, _wire_type, value in fields(buf):
         if field == _OFFER_PORT and isinstance(value, int):
             port = value
         elif field == _OFFER_TOKEN and isinstance(value, memoryview):
