@@ -152,6 +152,12 @@ def health(address: str, service: str) -> int:
     return int(reply.status)
 
 
+def scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as reply:
+        assert reply.status == 200
+        return str(reply.read().decode())
+
+
 def metric(text: str, name: str) -> float:
     values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + " ")]
     assert len(values) == 1, f"{name}: {values}\n{text}"
@@ -239,11 +245,19 @@ def test_rendered_commands_serve_batches(tmp_path: Path, ray_temp_dir: str) -> N
         assert status.returncode == 0, status.stderr
         assert f"{decoders} decoder(s) on 1 node(s)" in status.stdout, status.stdout
 
-        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=10) as reply:
-            assert reply.status == 200
-            metrics = reply.read().decode()
-        assert metric(metrics, "shardstream_decoders") == decoders
-        assert metric(metrics, 'shardstream_samples_served_total{job="chart-smoke"}') == 2 * 30
+        # Decoders report their counters to the head every reconcile interval, so the scrape
+        # that follows the last batch may not count it yet: wait (bounded) for the last report.
+        served = 'shardstream_samples_served_total{job="chart-smoke"}'
+        scrapes: list[str] = []
+
+        def all_reported() -> bool:
+            scrapes.append(scrape(metrics_port))
+            return served + " " in scrapes[-1] and metric(scrapes[-1], served) >= 2 * 30
+
+        wait_until("the decoders' last report", all_reported, [head, decode], list(logs.values()),
+                   deadline_s=30)
+        assert metric(scrapes[-1], "shardstream_decoders") == decoders
+        assert metric(scrapes[-1], served) == 2 * 30  # not one sample counted twice
 
         # Pod deletion: SIGTERM to the head container's process (serve, exec'd by the shell).
         head.send_signal(signal.SIGTERM)
