@@ -12,7 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from shardstream.client import DatasetNotFound, RemoteLoader
+from shardstream.client import DatasetChanged, DatasetNotFound, RemoteLoader
 from tests.datasets import oracle_batches, write_images, write_indexed
 from tests.gcs_emulator import GcsEmulator, running_gcs_emulator
 
@@ -53,3 +53,18 @@ def test_gs_images_decode(service_address: str) -> None:
 def test_missing_gs_path(service_address: str) -> None:
     with pytest.raises(DatasetNotFound, match=f"gs://{BUCKET}/nope"):
         RemoteLoader(service_address, dataset=f"gs://{BUCKET}/nope/", batch_size=4, world_size=1, rank=0)
+
+
+def test_an_object_overwritten_after_the_job_opened_is_dataset_changed(service_address: str, gcs: GcsEmulator,
+                                                                       tmp_path: object) -> None:
+    """The generation the job pinned is checked against what each decoder's open fetched."""
+    local = f"{tmp_path}/pinned"
+    [path] = write_indexed(local, [8])
+    emulator, url = gcs, f"gs://{BUCKET}/pinned/part-00000.parquet"
+    emulator.upload(path, url)
+    with RemoteLoader(service_address, dataset=url, batch_size=4, world_size=1, rank=0, timeout=60) as loader:
+        write_indexed(local, [8])  # another file, the same name
+        emulator.upload(path, url)  # a new generation
+        with pytest.raises(DatasetChanged, match=rf"{url}' changed after the job opened it \(it was "
+                           r"'generation=\d+', it is now 'generation=\d+'"):
+            list(loader)

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardstream.proto.errors import UnreadableShard
+from shardstream.proto.errors import DatasetChanged
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.local_copy import STALE_TEMP_S, LocalCopy
@@ -140,7 +140,7 @@ def test_a_rewritten_shard_is_read_again_never_served_from_the_old_copy(tmp_path
     assert fresh.read(np.array([3])).column("y").to_pylist() == [7]
     assert counters.take_delta().storage_reads == 1
     # A job still holding the old index may not mix the new file's rows with the old copy's.
-    with pytest.raises(UnreadableShard, match="rewritten after the job indexed it"):
+    with pytest.raises(DatasetChanged, match=r"part-00000\.parquet' changed after the job opened it"):
         _local_reader(old, tmp_path / "other-copy").read(np.array([3]))
 
 

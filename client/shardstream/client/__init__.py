@@ -9,6 +9,7 @@ from shardstream.client.stats import LoaderStats
 from shardstream.client.tls import TLS
 from shardstream.proto.errors import (
     CorruptSample,
+    DatasetChanged,
     DatasetNotAllowed,
     DatasetNotFound,
     DeadlineExceeded,
@@ -30,6 +31,7 @@ from shardstream.proto.errors import (
 __all__ = [
     "TLS",
     "CorruptSample",
+    "DatasetChanged",
     "DatasetNotAllowed",
     "DatasetNotFound",
     "DeadlineExceeded",

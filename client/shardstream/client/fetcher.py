@@ -373,13 +373,15 @@ class DirectPrefetcher:
 
 
 def _sender_failure(exc: grpc.RpcError) -> bool:
+    """Whether the steps of a decoder that failed with `exc` go to the others. A decoder that
+    answered with a typed error has said why, and any decoder would repeat it (a bad file or
+    sample, a changed file, a decode past decode_timeout_s, its own internal fault): it reaches
+    the loop at once. Only failures of the link or the process (no typed error), a decoder
+    stopping (ServiceUnavailable) or one not yet told of the job (JobNotFound) are retried."""
     error = from_rpc_error(exc)
-    if isinstance(error, DeadlineExceeded) and error.from_service:
-        return False  # the decoder says this batch takes longer than decode_timeout_s: say so
-    if exc.code() in SENDER_FAILURES:  # type: ignore[attr-defined]
-        return True
-    # A decoder that does not know the job (it just started) cannot serve it yet; others may.
-    return isinstance(error, JobNotFound)
+    if error.from_service:
+        return isinstance(error, (ServiceUnavailable, JobNotFound))
+    return exc.code() in SENDER_FAILURES or isinstance(error, JobNotFound)  # type: ignore[attr-defined]
 
 
 def _describe_failure(failure: BaseException | None) -> str:

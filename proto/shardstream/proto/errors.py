@@ -67,6 +67,11 @@ class UnreadableShard(ShardstreamError, OSError):
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
+class DatasetChanged(UnreadableShard):
+    """A file of the dataset is not the one the job opened: rewritten, replaced or re-linked since.
+    The message names the file and both identities; opening the job again reads the new data."""
+
+
 class SchemaMismatch(ShardstreamError, ValueError):
     """Shards of one dataset disagree on their schema."""
 
@@ -130,6 +135,7 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         DatasetNotAllowed,
         DatasetNotFound,
         UnreadableShard,
+        DatasetChanged,
         SchemaMismatch,
         CorruptSample,
         JobNotFound,

@@ -26,6 +26,7 @@ import pyarrow as pa
 from tqdm import tqdm
 
 from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
+from shardstream.service.file_identity import file_version
 
 log = logging.getLogger(__name__)
 
@@ -183,16 +184,6 @@ def is_listed(path: str, suffixes: tuple[str, ...]) -> bool:
     """A data file of a directory listing: the right suffix, not hidden, not a marker (_SUCCESS)."""
     name = path.rstrip("/").rsplit("/", 1)[-1]
     return name.lower().endswith(suffixes) and not name.startswith(("_", "."))
-
-
-def file_version(info: dict[str, object]) -> str:
-    """What changes when a file is rewritten: the object's generation or ETag where the store
-    keeps one (gcs, s3), else the modification time (local files)."""
-    for key in ("generation", "VersionId", "ETag", "etag", "mtime", "LastModified", "updated"):
-        value = info.get(key)
-        if value not in (None, ""):
-            return f"{key}={value}"
-    return ""
 
 
 def check_columns(schema: pa.Schema, columns: tuple[str, ...], where: str) -> pa.Schema:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from shardstream.proto.errors import UnreadableShard
+from shardstream.proto.errors import ShardstreamError, UnreadableShard
 from shardstream.service.dataset import UNREADABLE_COLUMN, Shard
 from shardstream.service.formats.base import UnitStorage
 
@@ -74,6 +74,8 @@ def read_file_unit(shard: Shard, unit: int, columns: tuple[str, ...] | None, sto
         if isinstance(fetched, FileNotFoundError):
             data.append(None)
             unreadable.append(f"{url} does not exist")
+        elif isinstance(fetched, ShardstreamError):  # DatasetChanged: the job's, not one sample's
+            raise fetched
         elif isinstance(fetched, BaseException):
             raise UnreadableShard(f"cannot read {url}: {type(fetched).__name__}: {fetched}")
         else:

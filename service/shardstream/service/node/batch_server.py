@@ -204,8 +204,12 @@ class BatchServer:
             context.set_trailing_metadata(((ERROR_METADATA_KEY, type(exc).__name__),))
             await context.abort(exc.code, str(exc))
         except Exception as exc:
+            # Typed (from the service), so the rank fails at once instead of retrying the other
+            # decoders, which would repeat it: only link and process failures are retried.
             log.exception("batch server: internal error")
-            await context.abort(grpc.StatusCode.INTERNAL, f"internal error: {type(exc).__name__}: {exc}")
+            context.set_trailing_metadata(((ERROR_METADATA_KEY, ShardstreamError.__name__),))
+            await context.abort(grpc.StatusCode.INTERNAL, f"internal error in decoder {self.address}: "
+                                f"{type(exc).__name__}: {exc}")
 
     def _admit(self, context: grpc.aio.ServicerContext) -> Identity | None:
         """The stream's identity (its `authorization` metadata), or Unauthenticated; None without a

@@ -2,9 +2,13 @@
 
 Files are opened without fsspec's read-ahead cache (``cache_type="none"``), so
 each read a format asks for is one ranged read of exactly those bytes, and
-what is counted is what the store served. Each file's version is checked once
-per actor against the one the job indexed: a file rewritten since then is an
-error that says so, never a silent mix of old and new samples.
+what is counted is what the store served. Every open checks the file it opened
+against the identity the job pinned when it indexed the dataset: for a local
+file the opened descriptor's own stat (so a path swapped for a symlink to
+another file, or a file rewritten in place, is caught on the very read that
+would have returned its bytes), for an object store the generation or ETag the
+open fetched. A mismatch is `DatasetChanged` naming the file and both
+identities, never a silent mix of old and new samples.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import fsspec
 import pyarrow as pa
 
 from shardstream.proto.errors import DatasetNotFound, ShardstreamError, UnreadableShard
-from shardstream.service.dataset import Shard, file_version
+from shardstream.service.dataset import Shard
+from shardstream.service.file_identity import check_opened
 from shardstream.service.formats import get_format
 from shardstream.service.node.read_counters import SharedReadCounters
 
@@ -57,9 +62,9 @@ class CountingFile:
 class StorageReader:
     """Reads whole units of a job's shards through their format (formats/), counting every byte.
 
-    It is the formats' `UnitStorage`: files opened without read-ahead, each file's version
-    checked once per decoder against the one the job indexed, per-decoder memos (footers,
-    member tables) made once however many threads ask at once."""
+    It is the formats' `UnitStorage`: files opened without read-ahead, each open checked against
+    the file identity the job indexed, per-decoder memos (footers, member tables) made once
+    however many threads ask at once."""
 
     def __init__(self, counters: SharedReadCounters) -> None:
         self.counters = counters
@@ -84,9 +89,13 @@ class StorageReader:
 
     @contextlib.contextmanager
     def open(self, url: str, version: str) -> Iterator[CountingFile]:
-        self._check_version(url, version)
         fs, path = fsspec.core.url_to_fs(url)
-        with fs.open(path, "rb", cache_type="none") as raw:
+        try:
+            raw = fs.open(path, "rb", cache_type="none")
+        except FileNotFoundError:
+            raise DatasetNotFound(f"{url!r} disappeared while the job was running") from None
+        with raw:
+            check_opened(url, version, fs, path, raw)
             yield CountingFile(raw, self.counters)
 
     def read_range(self, url: str, version: str, start: int, end: int) -> bytes:
@@ -104,10 +113,7 @@ class StorageReader:
             try:
                 fs, path = fsspec.core.url_to_fs(url)
                 with fs.open(path, "rb", cache_type="none") as raw:
-                    if version:  # checked on what opening fetched anyway: no request more per file
-                        now = file_version(getattr(raw, "details", None) or fs.info(path))
-                        if now != version:
-                            return _rewritten(url, version, now)
+                    check_opened(url, version, fs, path, raw)
                     data = raw.read()
             except Exception as exc:  # one file's fault is one sample's, named by the caller
                 return exc
@@ -131,23 +137,6 @@ class StorageReader:
                 self._making.pop(key, None)
         return value
 
-    def _check_version(self, url: str, version: str) -> None:
-        def check() -> bool:
-            fs, path = fsspec.core.url_to_fs(url)
-            try:
-                now = file_version(fs.info(path))
-            except FileNotFoundError:
-                raise DatasetNotFound(f"{url!r} disappeared while the job was running") from None
-            if now != version:
-                raise _rewritten(url, version, now)
-            return True
-
-        self.memo(("version", url, version), check)
-
-
-def _rewritten(url: str, version: str, now: str) -> UnreadableShard:
-    return UnreadableShard(f"{url!r} was rewritten after the job indexed it (version {version!r}, now {now!r}): "
-                           "open the job again to read the new data")
 
 
 __all__ = ["CountingFile", "StorageReader"]
