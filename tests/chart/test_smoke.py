@@ -17,15 +17,12 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
@@ -36,20 +33,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from shardstream.client import RemoteLoader
 from tests.chart.chart import FULLNAME, container, flags, port_named, render, script
 from tests.datasets import oracle_batches, write_indexed
+from tests.processes import MARKER, end_all, free_ports, marked_pids, tail, tcp_open, wait_until
 
-START_DEADLINE_S = 150
 STOP_DEADLINE_S = 30
 OBJECT_STORE_BYTES = 100 * 2**20
-MARKER = "SHARDSTREAM_CHART_SMOKE"
 BIN = Path(sys.executable).parent
-
-
-def free_ports(n: int) -> list[int]:
-    with ExitStack() as stack:
-        sockets = [stack.enter_context(closing(socket.socket())) for _ in range(n)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
 
 
 def kubelet_env(c: dict[str, Any], config_maps: dict[str, dict[str, str]]) -> dict[str, str]:
@@ -77,69 +65,6 @@ def process_env(c: dict[str, Any], config_maps: dict[str, dict[str, str]], home:
 
 def argv(c: dict[str, Any]) -> list[str]:
     return [word.replace(f"{FULLNAME}-ray-head", "127.0.0.1") for word in c["command"] + c["args"]]
-
-
-def marked_pids(marker: str) -> list[int]:
-    """Processes whose environment carries this run's marker (only ours can be read)."""
-    needle = f"{MARKER}={marker}".encode()
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit() and int(entry) != os.getpid():
-            try:
-                with open(f"/proc/{entry}/environ", "rb") as f:
-                    if needle in f.read().split(b"\0"):
-                        pids.append(int(entry))
-            except OSError:
-                pass
-    return pids
-
-
-def end_all(processes: list[subprocess.Popen[bytes]], marker: str) -> None:
-    """SIGTERM each started process group and every marked process, then SIGKILL what is left."""
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
-        for p in processes:
-            try:
-                os.killpg(p.pid, sig)
-            except ProcessLookupError:
-                pass
-        for pid in marked_pids(marker):
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + grace
-        while time.monotonic() < deadline and (marked_pids(marker) or any(p.poll() is None for p in processes)):
-            time.sleep(0.2)
-    for p in processes:
-        if p.poll() is None:
-            p.wait(timeout=5)
-
-
-def tail(path: Path, lines: int = 40) -> str:
-    text = path.read_text(errors="replace") if path.exists() else "(no log)"
-    return f"--- {path.name}\n" + "\n".join(text.splitlines()[-lines:])
-
-
-def wait_until(what: str, ready: Any, processes: list[subprocess.Popen[bytes]], logs: list[Path],
-               deadline_s: float = START_DEADLINE_S) -> None:
-    deadline = time.monotonic() + deadline_s
-    while time.monotonic() < deadline:
-        for p in processes:
-            if p.poll() is not None:
-                raise AssertionError(f"{what}: {p.args!r} exited with {p.returncode}\n"
-                                     + "\n".join(tail(log) for log in logs))
-        if ready():
-            return
-        time.sleep(0.5)
-    raise AssertionError(f"{what}: not within {deadline_s} s\n" + "\n".join(tail(log) for log in logs))
-
-
-def tcp_open(port: int) -> bool:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1):
-            return True
-    except OSError:
-        return False
 
 
 def health(address: str, service: str) -> int:

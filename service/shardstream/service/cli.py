@@ -97,6 +97,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _serve(args: argparse.Namespace) -> int:
     try:
+        from shardstream.service.control.ray_auth import RayJoinError
         from shardstream.service.control.ray_runtime import connect_ray
         from shardstream.service.control.server import create_server
     except ModuleNotFoundError as exc:  # a training-side install: the client only
@@ -105,7 +106,11 @@ def _serve(args: argparse.Namespace) -> int:
         return 2
 
     config = ServiceConfig.load(from_flags(args, ServiceConfig))
-    connect_ray(config)
+    try:
+        connect_ray(config)
+    except RayJoinError as exc:
+        log.error("%s", exc)
+        return 1
     service, port = create_server(config)
     if args.port_file:
         with open(args.port_file, "w") as f:
