@@ -3,7 +3,8 @@
 A head, two decode hosts and a trainer host, each with its own address: `ray start --head`,
 `ray start --address ... --resources '{"decode": 1}'` on each decode host, `shardstream serve
 --ray-address` on the head, and `torchrun --nproc-per-node 2` on the trainer. Every rank gets
-DistributedSampler's batches; the batch bytes come from the decode hosts, not through the head.
+DistributedSampler's batches; the batch bytes come from the decode hosts, not through the head;
+a decode host's link cut mid-epoch and restored loses and repeats no batch.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,6 +25,8 @@ from tests.multihost.hosts import Host, Network, usable
 
 BIN = Path(sys.executable).parent
 WORKER = Path(__file__).parent.parent / "integration" / "torchrun_worker.py"
+PACED = Path(__file__).parent / "paced_rank.py"
+CUT_S = 5.0
 TRAIN, VAL = [40, 32], [11, 6]
 FEATURES = 16384  # 64 kB a row: batch bytes dwarf the head's control traffic
 OBJECT_STORE = str(80 * 2**20)
@@ -42,33 +47,52 @@ def _status(host: Host, address: str) -> str:
     return host.run([str(BIN / "shardstream"), "status", address], timeout=30).stdout
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(420)
-def test_ranks_on_a_trainer_host_pull_exact_batches_from_two_decode_hosts(tmp_path: Path) -> None:
-    train, val, out = tmp_path / "train", tmp_path / "val", tmp_path / "out"
-    write_indexed(str(train), TRAIN, features=FEATURES)
-    write_indexed(str(val), VAL)
-    out.mkdir()
-    with Network(["head", "decode-a", "decode-b", "trainer"], tmp_path) as net:
+@dataclass
+class Cluster:
+    net: Network
+    root: Path
+    address: str  # the service's, on the head
+
+    @property
+    def decoders(self) -> list[Host]:
+        return [self.net["decode-a"], self.net["decode-b"]]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    root = tmp_path_factory.mktemp("hosts")
+    with Network(["head", "decode-a", "decode-b", "trainer"], root) as net:
         head, trainer = net["head"], net["trainer"]
-        decoders = [net["decode-a"], net["decode-b"]]
-        _ray_start(head, tmp_path, "--head", "--port=6379", "--num-cpus=0", "--include-dashboard=false")
-        for host in decoders:  # one at a time, as Ray wants
-            _ray_start(host, tmp_path, f"--address={head.ip}:6379", '--resources={"decode": 1}', "--num-cpus=1")
+        _ray_start(head, root, "--head", "--port=6379", "--num-cpus=0", "--include-dashboard=false")
+        for host in (net["decode-a"], net["decode-b"]):  # one at a time, as Ray wants
+            _ray_start(host, root, f"--address={head.ip}:6379", '--resources={"decode": 1}', "--num-cpus=1")
         address = f"{head.ip}:50051"
         serve = head.start([str(BIN / "shardstream"), "serve", "--host", "0.0.0.0", "--port", "50051",
                             "--ray-address", f"{head.ip}:6379"], "serve.log")
         deadline = time.monotonic() + 120
         while "2 decoder(s) on 2 node(s)" not in _status(trainer, address):
-            assert serve.poll() is None and time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+            assert serve.poll() is None and time.monotonic() < deadline, (root / "serve.log").read_text()[-3000:]
             time.sleep(1)
+        yield Cluster(net, root, address)
 
-        before = {h.name: h.sent_bytes() for h in (head, *decoders)}
-        env = {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
-        ran = trainer.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(WORKER), address,
-                           str(train), str(val), str(out), "full"], timeout=240, env=env, log="torchrun.log")
-        assert ran.returncode == 0, (tmp_path / "torchrun.log").read_text()[-4000:]
-        sent = {h.name: h.sent_bytes() - before[h.name] for h in (head, *decoders)}
+
+def _env() -> dict[str, str]:
+    return {"OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")])}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_ranks_on_a_trainer_host_pull_exact_batches_from_two_decode_hosts(cluster: Cluster, tmp_path: Path) -> None:
+    train, val, out = tmp_path / "train", tmp_path / "val", tmp_path / "out"
+    write_indexed(str(train), TRAIN, features=FEATURES)
+    write_indexed(str(val), VAL)
+    out.mkdir()
+    head, trainer = cluster.net["head"], cluster.net["trainer"]
+    before = {h.name: h.sent_bytes() for h in (head, *cluster.decoders)}
+    ran = trainer.run([str(BIN / "torchrun"), "--standalone", "--nproc-per-node", "2", str(WORKER), cluster.address,
+                       str(train), str(val), str(out), "full"], timeout=240, env=_env(), log="torchrun.log")
+    assert ran.returncode == 0, (cluster.root / "torchrun.log").read_text()[-4000:]
+    sent = {h.name: h.sent_bytes() - before[h.name] for h in (head, *cluster.decoders)}
 
     for rank in (0, 1):
         record = json.loads((out / f"full-rank{rank}.json").read_text())
@@ -82,3 +106,32 @@ def test_ranks_on_a_trainer_host_pull_exact_batches_from_two_decode_hosts(tmp_pa
     assert from_decoders >= delivered
     assert min(sent["decode-a"], sent["decode-b"]) > delivered / 10  # both decode hosts served
     assert sent["head"] < 0.05 * from_decoders  # the head plans; batch bytes do not pass through it
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_decode_host_cut_mid_epoch_and_restored_loses_and_repeats_nothing(cluster: Cluster,
+                                                                             tmp_path: Path) -> None:
+    data, out = tmp_path / "data", tmp_path / "out"
+    write_indexed(str(data), [40, 35])
+    out.mkdir()
+    trainer, cut = cluster.net["trainer"], cluster.net["decode-a"]
+    rank = trainer.start([sys.executable, str(PACED), cluster.address, str(data), str(out), "0.2"], "paced.log",
+                         env=_env())
+    progress = out / "progress"
+    deadline = time.monotonic() + 120
+    while not (progress.exists() and int(progress.read_text() or 0) >= 4):
+        assert rank.poll() is None and time.monotonic() < deadline, (cluster.root / "paced.log").read_text()[-3000:]
+        time.sleep(0.1)
+    cut.cut()
+    cut_at = time.monotonic()
+    time.sleep(CUT_S)
+    cut.restore()
+    assert rank.wait(timeout=180) == 0, (cluster.root / "paced.log").read_text()[-3000:]
+    ended_after_cut = time.monotonic() - cut_at
+    epoch = json.loads((out / "epoch.json").read_text())
+    assert epoch["batches"] == oracle_batches(75, 1, 0, 3, True, 11, False, 0)
+    gaps = [b - a for a, b in zip(epoch["times"], epoch["times"][1:], strict=False)]
+    log.info("link cut for %.0f s: the epoch ended %.1f s after the cut; longest wait between batches %.1f s; "
+             "%d step(s) refetched from the other decoder", CUT_S, ended_after_cut, max(gaps), epoch["refetched"])
+    assert max(gaps) < CUT_S + 30  # the rank did not wait out its 120 s timeout
