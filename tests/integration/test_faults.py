@@ -156,6 +156,34 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
 
 
 @pytest.mark.slow
+def test_a_node_added_between_short_epochs_takes_work(cluster: Cluster, service: tuple[Service, str], dataset: str,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Epochs shorter than the refresh interval: the rank still asks for the job's decoders once an
+    interval (at an epoch's start), so a node that joined gets batches within seconds."""
+    monkeypatch.setattr(fetcher, "DECODERS_REFRESH_S", 1.0)
+    running, address = service
+    added: list[object] = []
+    try:
+        with RemoteLoader(address, dataset=dataset, batch_size=8, shuffle=True, seed=3, world_size=1, rank=0,
+                          job_name="short-epochs") as loader:
+            loader.set_epoch(0)
+            assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 1, 0, 8, True, 3, False, 0)
+            added.append(add_decode_node(cluster))
+            _wait_for_pool(running, 3)
+            new_node = added[0].node_id  # type: ignore[attr-defined]
+            deadline, epoch = time.monotonic() + 30, 1
+            while not sum(done for node, _, done in running.pool.status() if node == new_node):
+                assert time.monotonic() < deadline, running.pool.status()
+                loader.set_epoch(epoch)
+                assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 1, 0, 8, True, 3, False, epoch)
+                epoch += 1
+                time.sleep(0.3)  # the actors report what they sent each second
+    finally:
+        _remove_extra_nodes(cluster, added)
+        _wait_for_pool(running, 2)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("shared_memory", [True, False], ids=["shared-memory", "network"])
 def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], dataset: str,
                                 shared_memory: bool) -> None:

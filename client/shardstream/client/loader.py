@@ -15,6 +15,7 @@ joins) the job and streams its own batches.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
@@ -23,6 +24,7 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
+from shardstream.client import fetcher
 from shardstream.client.auth import Token
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, NoProgress, ServiceConnection
@@ -199,6 +201,7 @@ class RemoteLoader:
         self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS, credentials)  # the direct data plane's
         try:
             self.job = self._connection.open_job(self._open_request(), self.timeout)
+            self._listed_at = time.monotonic()  # when the job's decoders were last asked for
         except ShardstreamError:
             self._connection.close()
             raise
@@ -319,6 +322,9 @@ class RemoteLoader:
         """Fetch this epoch's batches from the decoders themselves (docs/data-plane.md)."""
         describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
         convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
+        if time.monotonic() - self._listed_at >= fetcher.DECODERS_REFRESH_S:  # epochs shorter than its refresh
+            with contextlib.suppress(ShardstreamError):  # the service restarting: start with the list held
+                self._list_decoders()
         target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self),
                              placement=f"{self.world_size}/{self.spec.batch_size}/{self.rank}")
         self._decoder_channels.keep_only(self.job.batch_servers)
@@ -339,6 +345,7 @@ class RemoteLoader:
         the next epoch starts with this list, not the one the job was opened with (no stream to an
         actor that has since gone)."""
         self.job = self._connection.open_job(self._open_request(), min(self.timeout, 10.0))
+        self._listed_at = time.monotonic()
         return list(self.job.batch_servers)
 
     def state_dict(self) -> dict[str, Any]:
