@@ -1,10 +1,11 @@
 """One rank that takes its time: run on a trainer host by test_link_faults.py.
 
-    paced_rank.py ADDRESS DATASET OUT SECONDS_PER_BATCH
+    paced_rank.py ADDRESS DATASET OUT SECONDS_PER_BATCH [EPOCHS]
 
-Pulls one shuffled epoch (world 1, batch 3, seed 11) through RemoteLoader, sleeping between
-batches like a training step; after each batch it rewrites OUT/progress (the batches so far), so
-the test can cut a link mid-epoch; at the end OUT/epoch.json holds every batch and its time.
+Pulls EPOCHS (default 1) shuffled epochs (world 1, batch 3, seed 11) through RemoteLoader, sleeping
+between batches like a training step; after each batch it rewrites OUT/progress (the batches so
+far), so the test can cut a link mid-epoch; at the end OUT/epoch.json holds every epoch's batches
+and each batch's time.
 """
 
 from __future__ import annotations
@@ -17,23 +18,26 @@ import time
 from shardstream.client import RemoteLoader
 
 
-def main(address: str, dataset: str, out: str, pace: str) -> None:
+def main(address: str, dataset: str, out: str, pace: str, epochs: str = "1") -> None:
     started = time.monotonic()
-    batches, times = [], []
+    batches: list[list[list[int]]] = []
+    times: list[float] = []
     with RemoteLoader(address, dataset=dataset, batch_size=3, shuffle=True, seed=11, world_size=1, rank=0,
                       timeout=120, columns=["idx"]) as loader:
-        loader.set_epoch(0)
-        for batch in loader:
-            batches.append(batch["idx"].tolist())
-            times.append(time.monotonic() - started)
-            with open(os.path.join(out, "progress.tmp"), "w") as f:
-                f.write(str(len(batches)))
-            os.replace(os.path.join(out, "progress.tmp"), os.path.join(out, "progress"))
-            time.sleep(float(pace))
+        for epoch in range(int(epochs)):
+            loader.set_epoch(epoch)
+            batches.append([])
+            for batch in loader:
+                batches[-1].append(batch["idx"].tolist())
+                times.append(time.monotonic() - started)
+                with open(os.path.join(out, "progress.tmp"), "w") as f:
+                    f.write(str(len(times)))
+                os.replace(os.path.join(out, "progress.tmp"), os.path.join(out, "progress"))
+                time.sleep(float(pace))
         refetched = loader.stats.steps_refetched
     with open(os.path.join(out, "epoch.json"), "w") as f:
-        json.dump({"batches": batches, "times": times, "refetched": refetched}, f)
+        json.dump({"epochs": batches, "times": times, "refetched": refetched}, f)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -4,11 +4,13 @@ A head, two decode hosts and a trainer host, each with its own address: `ray sta
 `ray start --address ... --resources '{"decode": 1}'` on each decode host, `shardstream serve
 --ray-address` on the head, and `torchrun --nproc-per-node 2` on the trainer. Every rank gets
 DistributedSampler's batches; the batch bytes come from the decode hosts, not through the head;
-a decode host's link cut mid-epoch and restored loses and repeats no batch.
+a decode host's link cut mid-epoch and restored loses and repeats no batch; with the head's link
+cut, ranks keep receiving from the decoders.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -17,6 +19,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,6 +30,7 @@ BIN = Path(sys.executable).parent
 WORKER = Path(__file__).parent.parent / "integration" / "torchrun_worker.py"
 PACED = Path(__file__).parent / "paced_rank.py"
 CUT_S = 5.0
+HEAD_CUT_S = 8.0
 TRAIN, VAL = [40, 32], [11, 6]
 FEATURES = 16384  # 64 kB a row: batch bytes dwarf the head's control traffic
 OBJECT_STORE = str(80 * 2**20)
@@ -108,16 +112,15 @@ def test_ranks_on_a_trainer_host_pull_exact_batches_from_two_decode_hosts(cluste
     assert sent["head"] < 0.05 * from_decoders  # the head plans; batch bytes do not pass through it
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(300)
-def test_a_decode_host_cut_mid_epoch_and_restored_loses_and_repeats_nothing(cluster: Cluster,
-                                                                             tmp_path: Path) -> None:
+def _paced(cluster: Cluster, tmp_path: Path, epochs: int, cut: Host, cut_s: float) -> dict[str, Any]:
+    """A paced rank on the trainer (0.1 s a batch, `epochs` epochs of 75 samples); `cut`'s link
+    down for `cut_s` once it has 4 batches. Returns its record and what it measured."""
     data, out = tmp_path / "data", tmp_path / "out"
     write_indexed(str(data), [40, 35])
     out.mkdir()
-    trainer, cut = cluster.net["trainer"], cluster.net["decode-a"]
-    rank = trainer.start([sys.executable, str(PACED), cluster.address, str(data), str(out), "0.2"], "paced.log",
-                         env=_env())
+    trainer = cluster.net["trainer"]
+    rank = trainer.start([sys.executable, str(PACED), cluster.address, str(data), str(out), "0.1", str(epochs)],
+                         "paced.log", env=_env())
     progress = out / "progress"
     deadline = time.monotonic() + 120
     while not (progress.exists() and int(progress.read_text() or 0) >= 4):
@@ -125,13 +128,35 @@ def test_a_decode_host_cut_mid_epoch_and_restored_loses_and_repeats_nothing(clus
         time.sleep(0.1)
     cut.cut()
     cut_at = time.monotonic()
-    time.sleep(CUT_S)
+    time.sleep(cut_s)
     cut.restore()
     assert rank.wait(timeout=180) == 0, (cluster.root / "paced.log").read_text()[-3000:]
-    ended_after_cut = time.monotonic() - cut_at
-    epoch = json.loads((out / "epoch.json").read_text())
-    assert epoch["batches"] == oracle_batches(75, 1, 0, 3, True, 11, False, 0)
-    gaps = [b - a for a, b in zip(epoch["times"], epoch["times"][1:], strict=False)]
-    log.info("link cut for %.0f s: the epoch ended %.1f s after the cut; longest wait between batches %.1f s; "
-             "%d step(s) refetched from the other decoder", CUT_S, ended_after_cut, max(gaps), epoch["refetched"])
-    assert max(gaps) < CUT_S + 30  # the rank did not wait out its 120 s timeout
+    record: dict[str, Any] = json.loads((out / "epoch.json").read_text())
+    for epoch, got in enumerate(record["epochs"]):
+        assert got == oracle_batches(75, 1, 0, 3, True, 11, False, epoch), epoch
+    times = record["times"]
+    record["ended_after_cut_s"] = time.monotonic() - cut_at
+    record["longest_wait_s"] = max(b - a for a, b in itertools.pairwise(times))
+    return record
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_head_cut_mid_epoch_ranks_keep_receiving_from_the_decoders(cluster: Cluster, tmp_path: Path) -> None:
+    """The head plans and lists decoders; batches come from the decode hosts. With the head's link
+    down for 8 s, the rank finishes its epoch and starts the next one without it."""
+    record = _paced(cluster, tmp_path, 2, cluster.net["head"], HEAD_CUT_S)
+    log.info("head cut for %.0f s: 2 epochs ended %.1f s after the cut; longest wait between batches %.2f s",
+             HEAD_CUT_S, record["ended_after_cut_s"], record["longest_wait_s"])
+    assert record["longest_wait_s"] < 2.0  # never waited on the head
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_decode_host_cut_mid_epoch_and_restored_loses_and_repeats_nothing(cluster: Cluster,
+                                                                             tmp_path: Path) -> None:
+    record = _paced(cluster, tmp_path, 1, cluster.net["decode-a"], CUT_S)
+    log.info("decode host cut for %.0f s: the epoch ended %.1f s after the cut; longest wait between batches "
+             "%.1f s; %d step(s) refetched from the other decoder", CUT_S, record["ended_after_cut_s"],
+             record["longest_wait_s"], record["refetched"])
+    assert record["longest_wait_s"] < CUT_S + 30  # the rank did not wait out its 120 s timeout

@@ -209,7 +209,8 @@ class DirectPrefetcher:
                  convert: Callable[[BatchView], Batch], timeout_s: float, describe: str,
                  channels: DecoderChannels, stats: LoaderStats | None = None,
                  list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True,
-                 bulk: bool = True, data_stall: Callable[[], float | None] = lambda: None) -> None:
+                 bulk: bool = True, data_stall: Callable[[], float | None] = lambda: None,
+                 first_refresh_s: float | None = None) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from (no decode "
                                      "node has joined its Ray cluster yet, or its actors are still starting)")
@@ -235,7 +236,8 @@ class DirectPrefetcher:
         for address in addresses:
             self._add_sender(address)
         if list_decoders is not None:
-            threading.Thread(target=self._refresh, args=(list_decoders,), daemon=True,
+            first = DECODERS_REFRESH_S if first_refresh_s is None else first_refresh_s
+            threading.Thread(target=self._refresh, args=(list_decoders, first), daemon=True,
                              name=f"shardstream-decoders {describe}").start()
         track_stream(self)
 
@@ -254,9 +256,14 @@ class DirectPrefetcher:
                                          name=f"shardstream-fetch {address} {self._describe}")
         sender.thread.start()
 
-    def _refresh(self, list_decoders: Callable[[], Sequence[str]]) -> None:
-        """Draw on decoders that joined since the epoch began (a decode node added)."""
-        while not self._stop.wait(DECODERS_REFRESH_S):
+    def _refresh(self, list_decoders: Callable[[], Sequence[str]], first_wait_s: float) -> None:
+        """Draw on decoders that joined since the epoch began (a decode node added): first after
+        `first_wait_s` (what is left of the interval since the rank last asked, so epochs shorter
+        than it still see new decoders), then every DECODERS_REFRESH_S. In the background: a
+        service that does not answer never holds the training loop."""
+        wait = first_wait_s
+        while not self._stop.wait(wait):
+            wait = DECODERS_REFRESH_S
             try:
                 addresses = list_decoders()
             except Exception as exc:  # the service restarting: the streams go on without it

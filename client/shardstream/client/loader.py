@@ -15,7 +15,6 @@ joins) the job and streams its own batches.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import logging
@@ -322,16 +321,14 @@ class RemoteLoader:
         """Fetch this epoch's batches from the decoders themselves (docs/data-plane.md)."""
         describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
         convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
-        if time.monotonic() - self._listed_at >= fetcher.DECODERS_REFRESH_S:  # epochs shorter than its refresh
-            with contextlib.suppress(ShardstreamError):  # the service restarting: start with the list held
-                self._list_decoders()
         target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self),
                              placement=f"{self.world_size}/{self.spec.batch_size}/{self.rank}")
         self._decoder_channels.keep_only(self.job.batch_servers)
         return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch, self.window_bytes, convert,
                                 self.timeout, describe,
                                 self._decoder_channels, self.stats, self._list_decoders, self.shared_memory,
-                                self.bulk_socket, data_stall=lambda: self.data_stall)
+                                self.bulk_socket, data_stall=lambda: self.data_stall,
+                                first_refresh_s=max(0.0, fetcher.DECODERS_REFRESH_S - (time.monotonic() - self._listed_at)))
 
     @property
     def window_bytes(self) -> int:
