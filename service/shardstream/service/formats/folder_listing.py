@@ -71,7 +71,8 @@ def _walk_local(class_dir: str) -> Iterator[str]:
 
 def _walk(directory: str, ancestors: tuple[str, ...]) -> Iterator[tuple[str, list[str]]]:
     """os.walk(followlinks=True)'s (directory, files), refusing a link back to an ancestor."""
-    files, subdirs = [], []
+    files: list[str] = []
+    subdirs: list[str] = []
     try:
         with os.scandir(directory) as entries:
             for entry in entries:
