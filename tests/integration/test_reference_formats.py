@@ -209,7 +209,7 @@ def test_bin_token_files_read_as_np_fromfile_reads_them(tmp_path: Path) -> None:
 
 
 def test_an_npy_file_with_trailing_bytes_reads_only_what_its_header_says(tmp_path: Path) -> None:
-    (tmp_path / "t.npy").write_bytes(npy_bytes(np.arange(41, dtype="<u2")) + b"\x07\x00" * 5)
+    (tmp_path / "t.npy").write_bytes(npy_bytes(np.arange(41, dtype="<u2")) + b"\x07\x00" * 16)
     _, rows = read_all(str(tmp_path), "tokens", seq_len=SEQ)
     assert [row["input_ids"] for row in rows] == numpy_windows([np.load(tmp_path / "t.npy", mmap_mode="r")], SEQ)
 

@@ -10,7 +10,8 @@ how its default ``.decode()`` types a field: the rules the webdataset format rea
   (``train/.hidden.jpg`` is key ``train/``, field ``hidden.jpg``).
 - The field is lower-cased (``0001.JPG`` is field ``jpg``); the key keeps its case.
 - Consecutive members with one key are one sample; the same field twice in a sample is an error.
-- A field is decoded by its last dot-separated part (``en.txt`` is text, ``label.cls`` an
+- A field named ``__x...`` is metadata to WebDataset's decoder: UTF-8 text.
+- Any other field is decoded by its last dot-separated part (``en.txt`` is text, ``label.cls`` an
   integer), after one trailing ``.gz`` is decompressed (``txt.gz`` is text, ``gz`` bytes).
 """
 
@@ -44,11 +45,14 @@ def key_and_field(name: str) -> tuple[str, str] | None:
 
 def gzipped(field: str) -> bool:
     """Whether WebDataset's default decoder gunzips this field before decoding it."""
-    return field.endswith(".gz") or field == "gz"
+    return not field.startswith("__") and (field.endswith(".gz") or field == "gz")
 
 
 def decoded_by(field: str) -> str:
-    """The extension that picks a field's decoder: its last part, after one ``.gz`` is removed."""
+    """The extension that picks a field's decoder: its last part, after one ``.gz`` is removed
+    ("txt" for a ``__`` field, which WebDataset decodes as text whatever follows)."""
+    if field.startswith("__"):
+        return "txt"
     if field == "gz":
         return ""
     if field.endswith(".gz"):
