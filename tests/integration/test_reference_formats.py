@@ -24,6 +24,7 @@ import webdataset as wds
 import shardstream.client as client
 from shardstream.client import RemoteLoader
 from shardstream.proto.errors import DatasetNotFound, SchemaMismatch, UnreadableShard
+from shardstream.service.formats import index_dataset
 from tests.formats import solid_png
 from tests.reference_datasets import (
     ODD_SHARD,
@@ -107,6 +108,8 @@ def test_gzip_compressed_tars_are_refused_naming_the_file(tmp_path: Path) -> Non
         assert webdataset_samples([str(folder / name)])[0]["cls"] == 3  # webdataset streams it
         with pytest.raises(UnreadableShard, match=rf"{name}' is a gzip-compressed tar: .* decompress it"):
             read_all(str(folder), "webdataset")
+        with pytest.raises(UnreadableShard, match="gzip-compressed tar"):  # its name alone says webdataset
+            index_dataset((str(folder / name),))
 
 
 @pytest.mark.parametrize("members, pattern", [
@@ -259,3 +262,14 @@ def test_a_symlinked_image_folder_through_a_service(service_address: str, tmp_pa
         labels = [label for batch in loader for label in batch["label"].tolist()]
     assert labels == [label for _, label in reference.samples]
 
+
+
+def test_a_link_leading_outside_the_allowed_prefixes_is_refused_by_its_target(image_folder: str) -> None:
+    from shardstream.proto.errors import DatasetNotAllowed
+
+    def allow(url: str) -> None:
+        if "/elsewhere/" in url:
+            raise DatasetNotAllowed(f"{url} is outside the allowed prefixes")
+
+    with pytest.raises(DatasetNotAllowed, match=r"elsewhere/.*outside the allowed prefixes"):
+        index_dataset((image_folder,), format="imagefolder", allow=allow)
