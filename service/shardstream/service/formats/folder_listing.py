@@ -49,52 +49,62 @@ def list_classes(fs: Any, root: str) -> list[str]:
                   if entry.get("type") == "directory")
 
 
-def list_class_files(fs: Any, class_dir: str) -> list[ListedFile]:
-    """A class's image files in torchvision's order."""
+def list_class_files(fs: Any, root: str, classes: list[str]) -> dict[str, list[ListedFile]]:
+    """Each class's image files in torchvision's order: a walk per class on a local filesystem,
+    one recursive listing of the root on an object store."""
     if isinstance(fs, LocalFileSystem):
-        return [_local_file(fs, path) for path in _walk_local(class_dir)]
-    found = [(posixpath.dirname(path), posixpath.basename(path), info)
-             for path, info in fs.find(class_dir, detail=True).items() if is_image(path)]
-    return [ListedFile(f"{directory}/{base}", f"{directory}/{base}", int(info.get("size") or 0), info)
-            for directory, base, info in sorted(found, key=lambda f: (f[0], f[1]))]
+        return {name: [_local_file(fs, path, real) for path, real in _walk_local(f"{root}/{name}")]
+                for name in classes}
+    found: dict[str, list[tuple[str, str, dict[str, Any]]]] = {name: [] for name in classes}
+    for path, info in fs.find(root, detail=True).items():
+        relative = path[len(root):].lstrip("/")
+        name = relative.split("/", 1)[0]
+        if "/" in relative and name in found and is_image(path):
+            found[name].append((posixpath.dirname(path), posixpath.basename(path), info))
+    return {name: [ListedFile(f"{directory}/{base}", f"{directory}/{base}", int(info.get("size") or 0), info)
+                   for directory, base, info in sorted(files, key=lambda f: (f[0], f[1]))]
+            for name, files in found.items()}
 
 
-def _walk_local(class_dir: str) -> Iterator[str]:
-    walked = []
-    for directory, files in _walk(class_dir, (os.path.realpath(class_dir),)):
-        walked.append((directory, files))
-    for directory, files in sorted(walked):
+def _walk_local(class_dir: str) -> Iterator[tuple[str, str]]:
+    """(path, the resolved path of its directory) of each image file, in torchvision's order."""
+    walked = list(_walk(class_dir, os.path.realpath(class_dir), (os.path.realpath(class_dir),)))
+    for directory, real, files in sorted(walked):
         for name in sorted(files):
             if is_image(name):
-                yield os.path.join(directory, name)
+                yield os.path.join(directory, name), real
 
 
-def _walk(directory: str, ancestors: tuple[str, ...]) -> Iterator[tuple[str, list[str]]]:
-    """os.walk(followlinks=True)'s (directory, files), refusing a link back to an ancestor."""
+def _walk(directory: str, real: str, ancestors: tuple[str, ...]) -> Iterator[tuple[str, str, list[str]]]:
+    """os.walk(followlinks=True)'s (directory, files), with each directory's resolved path,
+    refusing a link back to an ancestor."""
     files: list[str] = []
-    subdirs: list[str] = []
+    subdirs: list[tuple[str, bool]] = []
     try:
         with os.scandir(directory) as entries:
             for entry in entries:
-                (subdirs if entry.is_dir() else files).append(entry.name)
+                if entry.is_dir():
+                    subdirs.append((entry.name, entry.is_symlink()))
+                else:
+                    files.append(entry.name)
     except OSError:  # os.walk skips a directory it cannot list
         return
-    yield directory, files
-    for name in subdirs:
+    yield directory, real, files
+    for name, linked in subdirs:
         path = os.path.join(directory, name)
-        real = os.path.realpath(path)
-        if real in ancestors:
-            raise UnreadableShard(f"image folder directory {path!r} is a symlink back to {real!r}: the folder "
-                                  "would be walked forever")
-        yield from _walk(path, (*ancestors, real))
+        resolved = os.path.realpath(path) if linked else os.path.join(real, name)
+        if resolved in ancestors:
+            raise UnreadableShard(f"image folder directory {path!r} is a symlink back to {resolved!r}: the "
+                                  "folder would be walked forever")
+        yield from _walk(path, resolved, (*ancestors, resolved))
 
 
-def _local_file(fs: LocalFileSystem, path: str) -> ListedFile:
-    target = os.path.realpath(path)
+def _local_file(fs: LocalFileSystem, path: str, real_directory: str) -> ListedFile:
     try:
         info = fs.info(path)  # follows a link: the target's size and version
     except FileNotFoundError:
-        return ListedFile(path, target, 0, None)
+        return ListedFile(path, os.path.realpath(path), 0, None)
+    target = os.path.realpath(path) if info.get("islink") else os.path.join(real_directory, os.path.basename(path))
     return ListedFile(path, target, int(info.get("size") or 0), info)
 
 

@@ -53,7 +53,7 @@ class ImageFolderFormat:
         classes = list_classes(fs, root)  # hidden ones and links to directories too, as torchvision
         if not classes:
             raise DatasetNotFound(f"image folder {root_url!r} has no class sub-directories")
-        by_class = {name: list_class_files(fs, f"{root}/{name}") for name in classes}
+        by_class = list_class_files(fs, root, classes)
         empty = [c for c in classes if not by_class[c]]
         if empty:
             raise DatasetNotFound(f"image folder {root_url!r}: class(es) {empty[:5]} hold no image files "
