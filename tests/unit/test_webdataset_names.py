@@ -6,6 +6,7 @@ import io
 import os
 import tarfile
 import tempfile
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -85,3 +86,13 @@ def test_webdataset_is_the_1_0_line() -> None:
     from importlib.metadata import version
 
     assert version("webdataset").startswith("1.0.")
+
+
+def test_a_field_per_sample_is_refused_naming_the_cause(tmp_path: Path) -> None:
+    from shardstream.proto.errors import SchemaMismatch
+    from shardstream.service.formats import index_dataset
+
+    names = [name for i in range(1100) for name in (f"train/._{i:05d}.jpg", f"train/{i:05d}.jpg")]
+    (tmp_path / "s.tar").write_bytes(_tar(names))
+    with pytest.raises(SchemaMismatch, match=r"1101 distinct fields .*macOS '\._0001\.jpg' files"):
+        index_dataset((str(tmp_path),), format="webdataset")

@@ -72,6 +72,7 @@ UNIT_SAMPLES = 256  # ...and at most this many samples
 SCANS_KEPT = 4096  # tar member tables the service keeps, by file version
 READING = "webdataset-1.0"  # the naming and decoding rules units are read by (part of every identity)
 MISSING_NAMED = 5  # samples an error lists by key
+MAX_FIELDS = 1024  # distinct fields a dataset may have: more are names, not columns
 
 
 @dataclass(frozen=True)
@@ -257,6 +258,12 @@ class WebDatasetFormat:
         log.info("indexing %d tar shard(s) of %s", len(urls), list(dataset))
         found = in_parallel(_scan, urls, "shards")
         fields = tuple(sorted({field for *_, members in found for field in members.fields}))
+        if len(fields) > MAX_FIELDS:
+            raise SchemaMismatch(
+                f"the tar shards of {list(dataset)} have {len(fields)} distinct fields (e.g. {list(fields[:5])}), "
+                f"more than the {MAX_FIELDS} a dataset's columns may be: a field is what follows the first dot "
+                "of a member's file name, so names with a dot before the sample key (macOS '._0001.jpg' files, "
+                "'v1.2_0001.jpg') give a field per sample; rewrite the tars without them")
         schema = pa.schema([(field, field_type(field)) for field in fields])
         schema = check_columns(schema, columns, f"the tar shards of {list(dataset)} (fields by extension)")
         _check_present(found, columns)
