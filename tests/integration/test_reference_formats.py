@@ -273,3 +273,14 @@ def test_a_link_leading_outside_the_allowed_prefixes_is_refused_by_its_target(im
 
     with pytest.raises(DatasetNotAllowed, match=r"elsewhere/.*outside the allowed prefixes"):
         index_dataset((image_folder,), format="imagefolder", allow=allow)
+    linked_root = os.path.join(os.path.dirname(image_folder), "elsewhere", "root-link")
+    os.symlink(image_folder, linked_root)  # a root reached through a link: its own files are inside it
+    for name in ("cat", os.path.join("dog", "linked"), os.path.join("ant", "3-link.png")):
+        os.remove(os.path.join(image_folder, name))
+
+    def allow_the_link(url: str) -> None:  # the prefix names the root as reached, not its real path
+        if not url.removeprefix("file://").startswith(linked_root):
+            raise DatasetNotAllowed(f"{url} is outside the allowed prefixes")
+
+    index = index_dataset((linked_root,), format="imagefolder", allow=allow_the_link)
+    assert index.num_rows == len(torchvision_folder().ImageFolder(linked_root))

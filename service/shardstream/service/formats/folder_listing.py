@@ -49,6 +49,12 @@ def list_classes(fs: Any, root: str) -> list[str]:
                   if entry.get("type") == "directory")
 
 
+def real_root(fs: Any, root: str) -> str:
+    """The folder's resolved path (itself on an object store): files under it are inside the folder
+    however they are reached."""
+    return os.path.realpath(root) if isinstance(fs, LocalFileSystem) else root
+
+
 def list_class_files(fs: Any, root: str, classes: list[str]) -> dict[str, list[ListedFile]]:
     """Each class's image files in torchvision's order: a walk per class on a local filesystem,
     one recursive listing of the root on an object store."""
@@ -108,4 +114,4 @@ def _local_file(fs: LocalFileSystem, path: str, real_directory: str) -> ListedFi
     return ListedFile(path, target, int(info.get("size") or 0), info)
 
 
-__all__ = ["IMG_EXTENSIONS", "ListedFile", "is_image", "list_class_files", "list_classes"]
+__all__ = ["IMG_EXTENSIONS", "ListedFile", "is_image", "list_class_files", "list_classes", "real_root"]

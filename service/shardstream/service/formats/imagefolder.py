@@ -30,6 +30,7 @@ from shardstream.service.formats.folder_listing import (
     IMG_EXTENSIONS,
     list_class_files,
     list_classes,
+    real_root,
 )
 
 log = logging.getLogger(__name__)
@@ -59,11 +60,12 @@ class ImageFolderFormat:
             raise DatasetNotFound(f"image folder {root_url!r}: class(es) {empty[:5]} hold no image files "
                                   f"({', '.join(IMG_EXTENSIONS)})")
         urls, versions, sizes, labels = [], [], [], []
+        inside = f"{real_root(fs, root)}/"
         for label, name in enumerate(classes):
             for listed in by_class[name]:
                 url = fs.unstrip_protocol(listed.path)
                 allow(url)
-                if listed.target != listed.path:  # a link: where it leads must be allowed too
+                if not listed.target.startswith(inside):  # a link out of the folder: its target is checked too
                     allow(fs.unstrip_protocol(listed.target))
                 urls.append(url)
                 versions.append(file_version(listed.info) if listed.info is not None else "")
