@@ -10,8 +10,9 @@ torchvision accepts do; files directly under the root belong to no class and
 are left out. A sample is ``image`` (the file's bytes: use
 ``transform="image"``) and ``label`` (int64).
 
-The listing (one recursive list of the root, with each file's size and
-version) is made when the job opens; the decoders fetch the bytes.
+The listing (a walk of each class on a local filesystem, one recursive list
+of the root on an object store, with each file's size and version: a link's
+are its target's) is made when the job opens; the decoders fetch the bytes.
 """
 
 from __future__ import annotations
