@@ -30,7 +30,9 @@ _SKIP_META = re.compile(r"__[^/]*__($|/)")  # tar_file_iterator's skip_meta, mat
 
 def is_metadata(name: str) -> bool:
     """A member WebDataset skips before grouping."""
-    if "/" not in name and name.startswith("__") and name.endswith("__"):
+    if not name.startswith("__"):  # both rules need it (most members: no regex)
+        return False
+    if "/" not in name and name.endswith("__"):
         return True
     return _SKIP_META.match(name) is not None
 
