@@ -6,13 +6,16 @@ PROTO  := proto/shardstream/proto/v1/loader.proto
 GEN    := proto/shardstream/proto/v1
 # A CPU build of torch; the project's own requirement is a range.
 TORCH  ?= torch==2.13.0
+# The torchvision release made for that torch (0.28.x for 2.13), installed beside it and never in
+# its place (set both together): the reference the image-folder tests compare with (tests/references.py).
+TORCHVISION ?= torchvision==0.28.0
 
 .PHONY: setup demo test bench lint typecheck proto proto-check chart-config chart-config-check clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH)"
+	$(PIP) install -q "$(TORCH)" "$(TORCHVISION)"
 	$(PIP) install -q -e ".[dev]"
 	touch $@
 

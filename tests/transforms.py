@@ -67,3 +67,14 @@ def sum_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
 
 def bad_collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
     return {"rows": [{"idx": s["idx"]} for s in samples]}
+
+
+class PresentFields:
+    """A sample's fields that hold a value, as one string: any dataset, any fields."""
+
+    def prepare(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"present": ",".join(sorted(name for name, value in row.items() if value is not None))}
+
+
+def present_fields(**kwargs: Any) -> PresentFields:
+    return PresentFields(**kwargs)

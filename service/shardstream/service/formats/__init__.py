@@ -38,14 +38,15 @@ def get_format(name: str) -> DatasetFormat:
 
 def detect_format(dataset: tuple[str, ...], allow: Allow) -> str:
     """The format a dataset's names imply, for ``format=""``: WebDataset when its entries are
-    ``.tar`` files (or directories holding tar files and no Parquet), else Parquet."""
+    ``.tar`` files (``.tar.gz``, ``.tgz``: refused by it, by name), or directories holding tar files and no
+    Parquet; else Parquet."""
     kinds = {_kind(entry, allow) for entry in dataset}
     return "webdataset" if kinds == {"webdataset"} else "parquet"
 
 
 def _kind(entry: str, allow: Allow) -> str:
     name = entry.rstrip("/").lower()
-    if name.endswith(".tar"):
+    if name.endswith(TAR_SUFFIXES):  # .tar, and compressed tars the format refuses by name
         return "webdataset"
     if name.endswith(PARQUET_SUFFIXES) or set("*?[") & set(name):
         return "parquet"

@@ -3,20 +3,22 @@
 As ``torchvision.datasets.ImageFolder(root)`` orders them: classes are the
 root's sub-directories sorted by name (label = position), samples each
 class's image files (searched recursively), directory by directory in sorted
-order, files sorted by name within a directory. Only image extensions
-torchvision accepts count; files directly under the root belong to no class
-and are left out. A sample is ``image`` (the file's bytes: use
+order, files sorted by name within a directory (folder_listing.py). Symlinks
+are followed as torchvision follows them (class directories, sub-directories,
+files), hidden files and directories count, and only image extensions
+torchvision accepts do; files directly under the root belong to no class and
+are left out. A sample is ``image`` (the file's bytes: use
 ``transform="image"``) and ``label`` (int64).
 
-The listing (one recursive list of the root, with each file's size and
-version) is made when the job opens; the decoders fetch the bytes.
+The listing (a walk of each class on a local filesystem, one recursive list
+of the root on an object store, with each file's size and version: a link's
+are its target's) is made when the job opens; the decoders fetch the bytes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import posixpath
 from typing import Any
 
 import pyarrow as pa
@@ -25,10 +27,15 @@ from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
 from shardstream.service.dataset import DatasetIndex, Shard, check_columns, file_version, filesystem
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
 from shardstream.service.formats.files import file_shards, read_file_unit
+from shardstream.service.formats.folder_listing import (
+    IMG_EXTENSIONS,
+    list_class_files,
+    list_classes,
+    real_root,
+)
 
 log = logging.getLogger(__name__)
 
-IMG_EXTENSIONS = (".jpg", ".jpeg", ".png", ".ppm", ".bmp", ".pgm", ".tif", ".tiff", ".webp")  # torchvision's
 
 
 class ImageFolderFormat:
@@ -45,29 +52,25 @@ class ImageFolderFormat:
         root = root.rstrip("/")
         if not fs.isdir(root):
             raise DatasetNotFound(f"image folder {root_url!r} is not a directory")
-        listed = fs.find(root, detail=True)
-        by_class: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
-        for path, info in listed.items():
-            relative = path[len(root):].lstrip("/")
-            if "/" not in relative or not relative.lower().endswith(IMG_EXTENSIONS):
-                continue
-            name = relative.split("/", 1)[0]
-            by_class.setdefault(name, []).append((posixpath.dirname(path), posixpath.basename(path), info))
-        classes = sorted(_class_dirs(fs, root))  # hidden ones too, as torchvision lists them
+        classes = list_classes(fs, root)  # hidden ones and links to directories too, as torchvision
         if not classes:
             raise DatasetNotFound(f"image folder {root_url!r} has no class sub-directories")
-        empty = [c for c in classes if c not in by_class]
+        by_class = list_class_files(fs, root, classes)
+        empty = [c for c in classes if not by_class[c]]
         if empty:
             raise DatasetNotFound(f"image folder {root_url!r}: class(es) {empty[:5]} hold no image files "
                                   f"({', '.join(IMG_EXTENSIONS)})")
         urls, versions, sizes, labels = [], [], [], []
+        inside = f"{real_root(fs, root)}/"
         for label, name in enumerate(classes):
-            for directory, base, info in sorted(by_class[name], key=lambda f: (f[0], f[1])):
-                url = fs.unstrip_protocol(f"{directory}/{base}")
+            for listed in by_class[name]:
+                url = fs.unstrip_protocol(listed.path)
                 allow(url)
+                if not listed.target.startswith(inside):  # a link out of the folder: its target is checked too
+                    allow(fs.unstrip_protocol(listed.target))
                 urls.append(url)
-                versions.append(file_version(info))
-                sizes.append(int(info.get("size") or 0))
+                versions.append(file_version(listed.info) if listed.info is not None else "")
+                sizes.append(listed.size)
                 labels.append(label)
         log.info("listed image folder %s: %d classes, %d images", root_url, len(classes), len(urls))
         where = fs.unstrip_protocol(root)
@@ -82,10 +85,6 @@ class ImageFolderFormat:
                   storage: UnitStorage) -> pa.Table:
         return read_file_unit(shard, unit, columns, storage)
 
-
-def _class_dirs(fs: Any, root: str) -> list[str]:
-    return [posixpath.basename(entry["name"].rstrip("/")) for entry in fs.ls(root, detail=True)
-            if entry.get("type") == "directory"]
 
 
 __all__ = ["IMG_EXTENSIONS", "ImageFolderFormat"]

@@ -86,7 +86,7 @@ def _parse_args(args: dict[str, Any]) -> tuple[int, np.dtype | None]:
 def _stat(url: str, dtype: np.dtype | None) -> TokenFile:
     """A file's size, version and token count (and for .npy, its header)."""
     fs, path, size, version = stat_file(url, "token file")
-    header, found = 0, dtype
+    header, found, count = 0, dtype, None
     if url.lower().endswith(".npy"):
         try:
             with fs.open(path, "rb", block_size=4096) as f:
@@ -97,16 +97,23 @@ def _stat(url: str, dtype: np.dtype | None) -> TokenFile:
         except (OSError, ValueError) as exc:
             raise UnreadableShard(f"token file {url!r} cannot be read: {exc}") from None
         if found.kind not in "iu" or (len(shape) > 1 and fortran):
-            raise UnreadableShard(f"token file {url!r} holds {found} in shape {shape}: tokens are a flat "
-                                  "array of one integer dtype")
-        if dtype is not None and found != dtype:
+            raise UnreadableShard(f"token file {url!r} holds {found} in shape {shape}"
+                                  f"{' (Fortran order)' if fortran else ''}: tokens are a flat array of one "
+                                  "integer dtype (C order when it has more than one axis)")
+        if dtype is not None and found.newbyteorder("=") != dtype.newbyteorder("="):
             raise UnreadableShard(f"token file {url!r} holds {found}, but dtype={str(dtype)!r} was asked for")
+        count = int(np.prod(shape, dtype=np.int64))  # as np.load: the header's shape, trailing bytes unread
+        if size - header < count * found.itemsize:
+            raise UnreadableShard(f"token file {url!r} is truncated: its header says {shape} of {found} "
+                                  f"({count * found.itemsize} bytes) but {size - header} bytes follow it")
     if found is None:
         raise InvalidJobSpec(f"{url!r} is a raw token file: give its dtype (dtype='uint16' or 'uint32')")
     payload = size - header
-    if payload % found.itemsize:
+    if count is None and payload % found.itemsize:
         raise UnreadableShard(f"token file {url!r} has {payload} bytes of tokens, not a multiple of {found}'s "
                               f"{found.itemsize}: it is truncated, or its dtype is not {found}")
+    return TokenFile(url, version, size, 0, payload // found.itemsize if count is None else count, header,
+                     found.str)
     return TokenFile(url, version, size, 0, payload // found.itemsize, header, found.str)
 
 
@@ -119,7 +126,7 @@ class TokenFormat:
         urls = resolve_urls(dataset, allow, SUFFIXES, "token")
         log.info("indexing %d token file(s) of %s", len(urls), list(dataset))
         files = in_parallel(lambda url: _stat(url, dtype), urls, "files")
-        dtypes = {np.dtype(f.dtype) for f in files}
+        dtypes = {np.dtype(f.dtype).newbyteorder("=") for f in files}  # byte orders may differ
         if len(dtypes) > 1:
             kinds = ", ".join(f"{f.url}: {np.dtype(f.dtype)}" for f in files)
             raise UnreadableShard(f"token files hold different dtypes ({kinds}); a stream has one")
@@ -152,7 +159,10 @@ class TokenFormat:
             itemsize = np.dtype(f.dtype).itemsize
             data = storage.read_range(f.url, f.version, f.header + (a - f.start) * itemsize,
                                       f.header + (b - f.start) * itemsize)
-            parts.append(np.frombuffer(data, dtype=f.dtype))
+            part = np.frombuffer(data, dtype=f.dtype)
+            if part.dtype.kind == "u" and part.dtype.itemsize == 8 and len(part) and part.max() >= 2**63:
+                raise UnreadableShard(f"token file {f.url!r} holds token {int(part.max())}, beyond int64")
+            parts.append(part)
         stream = np.concatenate(parts).astype(np.int64)
         if len(stream) != end - begin:
             raise UnreadableShard(f"{shard.url!r}: unit {unit} needs tokens {begin}..{end} but the files hold "

@@ -1,11 +1,22 @@
 """WebDataset tar shards: a sample is the run of members sharing a key, fields named by extension.
 
-As WebDataset names them: ``train/000123.jpg`` and ``train/000123.cls`` are
-the fields ``jpg`` and ``cls`` of sample ``train/000123``. Sample order is the
-shards in sorted path order, samples in file order. Fields become columns:
-``cls``, ``index``, ``id`` and the like hold integers (int64), ``txt`` and
-``json`` text (strings), every other extension bytes (an image for
-``transform="image"`` with ``transform_args={"column": "jpg"}``).
+As the ``webdataset`` package (1.0.x) names and decodes them
+(webdataset_names.py): ``train/000123.jpg`` and ``train/000123.CLS`` are the
+fields ``jpg`` and ``cls`` of sample ``train/000123``. Sample order is the
+shards in sorted path order, samples in file order. Fields become columns,
+typed by their last part as WebDataset's default ``.decode()`` types them:
+``cls``, ``label.cls``, ``index``, ``id`` hold integers (int64), ``txt``,
+``en.txt`` and ``json`` text (strings; JSON checked to parse), every other
+field bytes (an image for ``transform="image"`` with
+``transform_args={"column": "jpg"}``); a ``.gz`` field is decompressed first.
+The dataset's fields are the union of every sample's: a sample lacking one
+holds null there, and a job that names the field in ``columns=`` is refused
+at open, naming the samples that lack it.
+
+Compressed tars (``.tar.gz``, ``.tgz``, or gzip/bzip2/xz/zstd bytes under any
+name) are refused at open, naming the file: a unit is a byte range of the
+tar, and a compressed stream has no byte ranges to read short of
+decompressing it from the start for every unit.
 
 Random access comes from an index of member offsets, built when a job opens
 by reading the tar headers (once per file version, then kept by the service),
@@ -16,10 +27,12 @@ the file and the byte where it breaks.
 
 from __future__ import annotations
 
+import gzip
+import json
 import logging
-import re
 import tarfile
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +41,7 @@ import fsspec
 import numpy as np
 import pyarrow as pa
 
-from shardstream.proto.errors import UnreadableShard
+from shardstream.proto.errors import SchemaMismatch, UnreadableShard
 from shardstream.service.dataset import (
     DatasetIndex,
     Shard,
@@ -38,16 +51,28 @@ from shardstream.service.dataset import (
     stat_file,
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
+from shardstream.service.formats.webdataset_names import (
+    INTEGER_FIELDS,
+    JSON_FIELDS,
+    TEXT_FIELDS,
+    decoded_by,
+    field_type,
+    gzipped,
+    is_metadata,
+    key_and_field,
+)
 
 log = logging.getLogger(__name__)
 
-SUFFIXES = (".tar",)
-INTEGER_FIELDS = ("cls", "cls2", "class", "count", "index", "inx", "id")  # WebDataset's int decoders
-TEXT_FIELDS = ("txt", "text", "transcript", "json", "jsn")
+SUFFIXES = (".tar", ".tar.gz", ".tgz")  # compressed ones are listed to be refused by name
+COMPRESSED_SUFFIXES = (".tar.gz", ".tgz")
+_MAGIC = {b"\x1f\x8b": "gzip", b"BZh": "bzip2", b"\xfd7zXZ\x00": "xz", b"\x28\xb5\x2f\xfd": "zstd"}
 UNIT_BYTES = 8 * 2**20  # a unit is at most this many bytes of members (or one sample)...
 UNIT_SAMPLES = 256  # ...and at most this many samples
 SCANS_KEPT = 4096  # tar member tables the service keeps, by file version
-_KEY = re.compile(r"^((?:.*/|)[^./]+)\.([^/]*)$")  # WebDataset's base_plus_ext: key up to the first dot
+READING = "webdataset-1.0"  # the naming and decoding rules units are read by (part of every identity)
+MISSING_NAMED = 5  # samples an error lists by key
+MAX_FIELDS = 1024  # distinct fields a dataset may have: more are names, not columns
 
 
 @dataclass(frozen=True)
@@ -56,9 +81,16 @@ class TarMembers:
 
     keys: tuple[str, ...]
     starts: np.ndarray  # [samples + 1] into the member arrays
-    fields: tuple[str, ...]  # each member's extension
+    fields: tuple[str, ...]  # each member's field (its lower-cased extension)
     offsets: np.ndarray  # [members] where its data starts in the file
     sizes: np.ndarray  # [members]
+
+    def lacking(self, field: str) -> np.ndarray:
+        """The samples that have no member `field` (every sample has at least one member)."""
+        if not self.keys:
+            return np.empty(0, dtype=np.int64)
+        has = np.fromiter((f == field for f in self.fields), dtype=np.int64, count=len(self.fields))
+        return np.flatnonzero(np.add.reduceat(has, self.starts[:-1]) == 0)
 
 
 @dataclass(frozen=True)
@@ -66,18 +98,25 @@ class TarLayout:
     url: str
     members: TarMembers
     unit_starts: tuple[int, ...]  # each unit's first sample
+    fields: tuple[str, ...]  # the dataset's fields (the union): what a read of all columns returns
 
     def sample_name(self, row: int) -> str:
         return f"sample {self.members.keys[row]!r} of {self.url}"
 
 
-def _field_type(field: str) -> pa.DataType:
-    name = field.lower()
-    if name in INTEGER_FIELDS:
-        return pa.int64()
-    if name in TEXT_FIELDS:
-        return pa.string()
-    return pa.binary()
+def compression(url: str, first: bytes) -> str | None:
+    """The compression a tar's name or first bytes show, if any."""
+    for magic, name in _MAGIC.items():
+        if first.startswith(magic):
+            return name
+    return "gzip" if url.lower().endswith(COMPRESSED_SUFFIXES) else None
+
+
+def _refuse_compressed(url: str, kind: str) -> UnreadableShard:
+    return UnreadableShard(
+        f"{url!r} is a {kind}-compressed tar: the webdataset format reads uncompressed tars only, since a "
+        f"unit is a byte range of the tar and a {kind} stream would have to be decompressed from its start "
+        "for every unit; decompress it (e.g. gunzip) and open the .tar")
 
 
 def scan_tar(url: str, size: int) -> TarMembers:
@@ -89,19 +128,26 @@ def scan_tar(url: str, size: int) -> TarMembers:
     offsets: list[int] = []
     sizes: list[int] = []
     with fs.open(path, "rb", block_size=2**20) as f:
+        kind = compression(url, f.read(6))
+        if kind is not None:
+            raise _refuse_compressed(url, kind)
+        f.seek(0)
         try:
             with tarfile.open(fileobj=f, mode="r:") as tar:
                 for member in tar:
-                    match = _KEY.match(member.name)
-                    if not member.isfile() or match is None or member.name.rsplit("/", 1)[-1].startswith("."):
+                    if not member.isreg() or is_metadata(member.name):
                         continue
-                    key, field = match.groups()
+                    named = key_and_field(member.name)
+                    if named is None:
+                        continue
+                    key, field = named
                     if not keys or keys[-1] != key:
                         keys.append(key)
                         starts.append(len(fields))
                     elif field in fields[starts[-1]:]:
                         raise UnreadableShard(f"{url!r} has field {field!r} twice in sample {key!r} "
-                                              f"(member {member.name!r} at byte {member.offset})")
+                                              f"(member {member.name!r} at byte {member.offset}; fields are "
+                                              "extensions, lower-cased)")
                     if member.offset_data + member.size > size:
                         raise UnreadableShard(
                             f"{url!r} is truncated: member {member.name!r} needs bytes up to "
@@ -167,7 +213,9 @@ def _units(members: TarMembers) -> tuple[int, ...]:
     return tuple(firsts)
 
 
-def _shard(url: str) -> tuple[Shard, TarMembers]:
+def _scan(url: str) -> tuple[str, int, str, TarMembers]:
+    if url.lower().endswith(COMPRESSED_SUFFIXES):  # refused before any byte is read
+        raise _refuse_compressed(url, "gzip")
     _, _, size, version = stat_file(url, "shard")
     try:
         members = SCANS.get(url, size, version)
@@ -175,13 +223,29 @@ def _shard(url: str) -> tuple[Shard, TarMembers]:
         raise
     except OSError as exc:  # the store, mid-scan
         raise UnreadableShard(f"{url!r} cannot be read: {exc}") from None
+    return url, size, version, members
+
+
+def _shard(url: str, size: int, version: str, members: TarMembers, fields: tuple[str, ...]) -> Shard:
     firsts = _units(members)
     samples = len(members.keys)
     rows = tuple(b - a for a, b in zip(firsts, [*firsts[1:], samples], strict=True))
-    shard = Shard(url=url, size=size, num_rows=samples, row_group_rows=rows, version=version,
-                  format="webdataset", reading=f"webdataset unit={UNIT_BYTES}/{UNIT_SAMPLES}",
-                  layout=TarLayout(url, members, firsts))
-    return shard, members
+    reading = f"webdataset unit={UNIT_BYTES}/{UNIT_SAMPLES} {READING}"
+    if set(members.fields) != set(fields):  # a read of all columns gives the dataset's fields
+        reading += f" fields={','.join(fields)}"
+    return Shard(url=url, size=size, num_rows=samples, row_group_rows=rows, version=version,
+                 format="webdataset", reading=reading, layout=TarLayout(url, members, firsts, fields))
+
+
+def _check_present(found: list[tuple[str, int, str, TarMembers]], columns: tuple[str, ...]) -> None:
+    """Every sample has every field the job names, or the job is refused naming those that lack one."""
+    for column in columns:
+        lacking = [(url, members.keys[i]) for url, _, _, members in found for i in members.lacking(column)]
+        if lacking:
+            named = ", ".join(f"{key!r} of {url}" for url, key in lacking[:MISSING_NAMED])
+            more = f" and {len(lacking) - MISSING_NAMED} more" if len(lacking) > MISSING_NAMED else ""
+            raise SchemaMismatch(f"{len(lacking)} sample(s) have no field {column!r} that columns= names: "
+                                 f"{named}{more}")
 
 
 class WebDatasetFormat:
@@ -192,11 +256,19 @@ class WebDatasetFormat:
         take_args(self.name, args, {})
         urls = resolve_urls(dataset, allow, SUFFIXES, "WebDataset tar")
         log.info("indexing %d tar shard(s) of %s", len(urls), list(dataset))
-        found = in_parallel(_shard, urls, "shards")
-        fields = sorted({field for _, members in found for field in members.fields})
-        schema = pa.schema([(field, _field_type(field)) for field in fields])
+        found = in_parallel(_scan, urls, "shards")
+        fields = tuple(sorted({field for *_, members in found for field in members.fields}))
+        if len(fields) > MAX_FIELDS:
+            raise SchemaMismatch(
+                f"the tar shards of {list(dataset)} have {len(fields)} distinct fields (e.g. {list(fields[:5])}), "
+                f"more than the {MAX_FIELDS} a dataset's columns may be: a field is what follows the first dot "
+                "of a member's file name, so names with a dot before the sample key (macOS '._0001.jpg' files, "
+                "'v1.2_0001.jpg') give a field per sample; rewrite the tars without them")
+        schema = pa.schema([(field, field_type(field)) for field in fields])
         schema = check_columns(schema, columns, f"the tar shards of {list(dataset)} (fields by extension)")
-        return DatasetIndex(shards=tuple(shard for shard, _ in found), schema=schema, format=self.name)
+        _check_present(found, columns)
+        shards = tuple(_shard(url, size, version, members, fields) for url, size, version, members in found)
+        return DatasetIndex(shards=shards, schema=schema, format=self.name)
 
     def read_unit(self, shard: Shard, unit: int, columns: tuple[str, ...] | None,
                   storage: UnitStorage) -> pa.Table:
@@ -207,7 +279,7 @@ class WebDatasetFormat:
         a, b = int(m.starts[first]), int(m.starts[last])
         begin, end = int(m.offsets[a]), int(m.offsets[b - 1] + m.sizes[b - 1])
         data = storage.read_range(shard.url, shard.version, begin, end)
-        names = columns if columns is not None else tuple(sorted(set(m.fields)))
+        names = columns if columns is not None else layout.fields
         values: dict[str, list[Any]] = {name: [None] * (last - first) for name in names}
         for row in range(first, last):
             for j in range(int(m.starts[row]), int(m.starts[row + 1])):
@@ -215,19 +287,35 @@ class WebDatasetFormat:
                 if field in values:
                     at = int(m.offsets[j]) - begin
                     values[field][row - first] = _value(field, data[at: at + int(m.sizes[j])], layout, row)
-        return pa.table({name: pa.array(values[name], type=_field_type(name)) for name in names})
+        return pa.table({name: pa.array(values[name], type=field_type(name)) for name in names})
 
 
 def _value(field: str, data: bytes, layout: TarLayout, row: int) -> Any:
-    kind = _field_type(field)
-    if kind == pa.binary():
-        return data
+    """A field's value as WebDataset's default decoder gives it (JSON as its text)."""
+    where = f"field {field!r} of {layout.sample_name(row)}"
+    if gzipped(field):
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise UnreadableShard(f"{where} is not gzip data: {exc}") from None
+    kind = decoded_by(field)
     try:
-        text = data.decode("utf-8")
-        return int(text.strip()) if kind == pa.int64() else text
-    except ValueError:
-        raise UnreadableShard(f"field {field!r} of {layout.sample_name(row)} holds {data[:40]!r}, "
-                              f"not {'an integer' if kind == pa.int64() else 'UTF-8 text'}") from None
+        if kind in INTEGER_FIELDS:
+            value = int(data)
+            if not -2**63 <= value < 2**63:
+                raise UnreadableShard(f"{where} holds {value}, beyond int64")
+            return value
+        if kind in TEXT_FIELDS:
+            return data.decode("utf-8")
+        if kind in JSON_FIELDS:
+            json.loads(data)
+            return data.decode(json.detect_encoding(data))
+    except UnicodeDecodeError:
+        raise UnreadableShard(f"{where} holds {data[:40]!r}, not UTF-8 text") from None
+    except ValueError as exc:
+        what = "an integer" if kind in INTEGER_FIELDS else "JSON"
+        raise UnreadableShard(f"{where} holds {data[:40]!r}, not {what} ({exc})") from None
+    return data
 
 
-__all__ = ["SUFFIXES", "WebDatasetFormat", "scan_tar"]
+__all__ = ["SUFFIXES", "WebDatasetFormat", "compression", "scan_tar"]
