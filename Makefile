@@ -6,17 +6,21 @@ PROTO  := proto/shardstream/proto/v1/loader.proto
 GEN    := proto/shardstream/proto/v1
 # A CPU build of torch; the project's own requirement is a range.
 TORCH  ?= torch==2.13.0
-# The torchvision release made for that torch (0.28.x for 2.13), installed beside it and never in
-# its place (set both together): the reference the image-folder tests compare with (tests/references.py).
+# The torchvision release made for that torch (0.28.x for 2.13): the reference the image-folder
+# tests compare with (tests/references.py). Its wheel here is a CUDA build that cannot import beside
+# a CPU torch, so it goes into a directory of its own, not the environment (no `import torchvision`
+# half-works for other packages); the tests load its pure-Python dataset code from there.
 TORCHVISION ?= torchvision==0.28.0
+REFERENCES := $(VENV)/references
 
 .PHONY: setup demo test bench lint typecheck proto proto-check chart-config chart-config-check clean
 
 $(VENV)/.installed: pyproject.toml
 	python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q "$(TORCH)" "$(TORCHVISION)"
+	$(PIP) install -q "$(TORCH)"
 	$(PIP) install -q -e ".[dev]"
+	$(PIP) install -q --no-deps --target $(REFERENCES) "$(TORCHVISION)"
 	touch $@
 
 setup: $(VENV)/.installed

@@ -4,14 +4,14 @@ reads them (index + every unit through the decoders' own StorageReader, no servi
 torchvision: the PyPI wheel is a CUDA build whose C++ ops cannot load beside the CPU build of
 torch this project installs, and `import torchvision` then fails while registering them. The
 image-folder code (`torchvision/datasets/folder.py`: `find_classes`, `make_dataset`,
-`ImageFolder`) is pure Python and uses none of them, so when the package will not import, that
-module of the installed release is loaded on its own, without the package's op registration.
+`ImageFolder`) is pure Python and uses none of them, so `make setup` installs the release into
+a directory of its own (.venv/references, not the environment, where a torchvision that fails
+to import would break other packages' optional imports) and that module is loaded from there.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import os
 import sys
 import types
@@ -24,21 +24,18 @@ from shardstream.service.formats import index_dataset
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.storage_reader import StorageReader
 
+REFERENCES = os.path.join(sys.prefix, "references")  # .venv/references: the Makefile's REFERENCES
+
 
 def torchvision_folder() -> types.ModuleType:
-    """`torchvision.datasets.folder` of the installed torchvision."""
-    try:
-        return importlib.import_module("torchvision.datasets.folder")
-    except (ImportError, RuntimeError, OSError):  # its ops do not load beside this torch
-        for name in [m for m in sys.modules if m == "torchvision" or m.startswith("torchvision.")]:
-            del sys.modules[name]
-    spec = importlib.util.find_spec("torchvision")
-    assert spec is not None and spec.origin is not None, "torchvision is not installed (make setup installs it)"
-    root = os.path.dirname(spec.origin)
+    """`torchvision.datasets.folder` of the torchvision that `make setup` put in .venv/references."""
+    root = os.path.join(REFERENCES, "torchvision")
+    assert os.path.isdir(os.path.join(root, "datasets")), f"torchvision is not in {REFERENCES} (make setup puts it there)"
     for name, path in (("torchvision", root), ("torchvision.datasets", os.path.join(root, "datasets"))):
-        package = types.ModuleType(name)
-        package.__path__ = [path]
-        sys.modules[name] = package
+        if name not in sys.modules:  # its package __init__ would load the ops: only the folders
+            package = types.ModuleType(name)
+            package.__path__ = [path]
+            sys.modules[name] = package
     return importlib.import_module("torchvision.datasets.folder")
 
 
