@@ -122,3 +122,16 @@ def test_putting_the_same_key_twice_does_not_double_count() -> None:
     cache.put(("a", 0, None), t)  # e.g. two concurrent misses on one row group
     cache.put(("b", 0, None), t)  # 2 tables = 1600 bytes <= 2000
     assert cache.get(("a", 0, None)) is not None
+
+
+def test_one_file_read_two_ways_never_shares_a_cached_unit(tmp_path: Path) -> None:
+    """The memory cache's key is the shard's identity, which names how its units are cut: the same
+    token file as windows of 4 and of 8 tokens are two sets of units, in one actor's cache."""
+    np.arange(64, dtype=np.uint16).tofile(tmp_path / "t.bin")
+    source = RowGroupSource(StorageReader(SharedReadCounters()), RowGroupCache(1 << 20))
+    for seq_len in (4, 8, 4):
+        [shard] = index_dataset((str(tmp_path / "t.bin"),), format="tokens",
+                                format_args={"seq_len": seq_len, "dtype": "uint16"}).shards
+        [cached] = source.cached([(shard, 0)], None)
+        unit = cached if cached is not None else source.get(shard, 0, None)
+        assert unit.column("input_ids").to_pylist()[0] == list(range(seq_len))

@@ -25,7 +25,7 @@ from shardstream.service.node.storage_reader import StorageReader
 
 
 class RowGroupCache:
-    """LRU of row groups keyed by (shard URL, version, row group, columns), bounded in bytes."""
+    """LRU of row groups keyed by (shard identity, row group, columns), bounded in bytes."""
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
@@ -70,7 +70,7 @@ class RowGroupSource:
             local = self.local
             tables = [local.cached(RowGroupKey(shard, rg, columns)) for shard, rg in wanted]
         else:
-            tables = [self.memory.get((shard.url, shard.version, rg, columns)) for shard, rg in wanted]
+            tables = [self.memory.get((shard.identity, rg, columns)) for shard, rg in wanted]
         hits = sum(table is not None for table in tables)
         if hits:
             self.counters.count(memory_hits=hits)
@@ -84,7 +84,7 @@ class RowGroupSource:
                                   lambda: self.storage.row_group(shard, row_group, cols))
         self.counters.count(memory_misses=1)
         table = self.storage.row_group(shard, row_group, cols)
-        self.memory.put((shard.url, shard.version, row_group, columns), table)
+        self.memory.put((shard.identity, row_group, columns), table)
         return table
 
 
