@@ -18,7 +18,11 @@ with an empty disk it is simply filled again.
 
 The key holds the shard's URL, size and version (generation, ETag or mtime),
 the row group and the columns: a rewritten file is never served from an old
-copy.
+copy. Each file carries that key and a checksum of its bytes
+(local_copy_entry.py), verified whenever an actor maps it: a file that fails,
+or a path that cannot be read, is a miss, dropped and fetched again, counted
+and logged (cache_fault.py). A mapped file replaced on disk is mapped (and
+verified) again at the next touch.
 """
 
 from __future__ import annotations
@@ -41,6 +45,8 @@ from typing import Any
 import pyarrow as pa
 
 from shardstream.service.dataset import Shard
+from shardstream.service.node.cache_fault import CacheFault, drop_path, record_fault
+from shardstream.service.node.local_copy_entry import FORMAT, key_fields, read_entry, write_entry
 from shardstream.service.node.read_counters import SharedReadCounters
 
 log = logging.getLogger(__name__)
@@ -78,8 +84,13 @@ class RowGroupKey:
     @property
     def digest(self) -> str:
         s = self.shard
-        text = f"{s.identity}\0{self.row_group}\0{self.columns}"  # Parquet's names as before formats
+        text = f"{FORMAT}\0{s.identity}\0{self.row_group}\0{self.columns}"
         return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    @property
+    def fields(self) -> list[Any]:
+        """The key the row group's file carries, checked when it is mapped."""
+        return key_fields(self.shard.identity, self.row_group, self.columns)
 
 
 class LocalCopy:
@@ -90,8 +101,9 @@ class LocalCopy:
         self.counters = counters
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # Opened by this process, LRU: ident -> (table, its file). A hit costs no hashing of paths.
-        self._mapped: OrderedDict[tuple[Any, ...], tuple[pa.Table, str, float]] = OrderedDict()
+        # Opened by this process, LRU: ident -> (table, its file, last touched, the file's inode).
+        # A hit costs no hashing of paths.
+        self._mapped: OrderedDict[tuple[Any, ...], tuple[pa.Table, str, float, int]] = OrderedDict()
         self.touch_every_s = TOUCH_EVERY_S
         self._remove_stale_temp_files()
         self._estimate = self._scan()[1]
@@ -110,21 +122,21 @@ class LocalCopy:
         Call after `cached` said None: this counts a memory miss."""
         path = self._path(key)
         self.counters.count(memory_misses=1)
-        table = self._open(path)
-        if table is None:
+        opened = self._open(path, key)
+        if opened is None:
             with self._locked(key):
-                table = self._open(path)  # another actor may have fetched it while this one waited
-                if table is None:
+                opened = self._open(path, key)  # another actor may have fetched it while this one waited
+                if opened is None:
                     self.counters.count(disk_misses=1)
                     fetched = fetch()
-                    table = self._open(path) if self._store(path, fetched) else None
-                    if table is None:
+                    opened = self._open(path, key) if self._store(path, key, fetched) else None
+                    if opened is None:
                         return fetched
-                    self._remember(key, path, table)
-                    return table
+                    self._remember(key, path, *opened)
+                    return opened[0]
         self.counters.count(disk_hits=1)
-        self._remember(key, path, table)
-        return table
+        self._remember(key, path, *opened)
+        return opened[0]
 
     def _still_mapped(self, ident: tuple[Any, ...]) -> pa.Table | None:
         """The table this process already mapped, while its file is still in the copy.
@@ -138,22 +150,24 @@ class LocalCopy:
             entry = self._mapped.get(ident)
             if entry is None:
                 return None
-            table, path, touched = entry
+            table, path, touched, inode = entry
             if now - touched < self.touch_every_s:  # its place in the LRU too is renewed at most that often
                 return table
             self._mapped.move_to_end(ident)
-            self._mapped[ident] = (table, path, now)
+            self._mapped[ident] = (table, path, now, inode)
         try:
+            if os.stat(path).st_ino != inode:
+                raise FileNotFoundError(path)  # replaced: what is there now is verified before use
             os.utime(path)
-        except FileNotFoundError:
+        except OSError:
             with self._lock:
                 self._mapped.pop(ident, None)
             return None
         return table
 
-    def _remember(self, key: RowGroupKey, path: str, table: pa.Table) -> None:
+    def _remember(self, key: RowGroupKey, path: str, table: pa.Table, inode: int) -> None:
         with self._lock:
-            self._mapped[key.ident] = (table, path, time.monotonic())
+            self._mapped[key.ident] = (table, path, time.monotonic(), inode)
             while len(self._mapped) > MAX_MAPPED:
                 self._mapped.popitem(last=False)
 
@@ -161,22 +175,22 @@ class LocalCopy:
         digest = key.digest
         return os.path.join(self._root, digest[:2], digest + SUFFIX)
 
-    def _open(self, path: str) -> pa.Table | None:
-        """The file's table, memory-mapped (its descriptor closed: the mapping lives on with the
-        table's buffers); None when it is not in the copy."""
+    def _open(self, path: str, key: RowGroupKey) -> tuple[pa.Table, int] | None:
+        """The file's table, memory-mapped and verified to be `key`'s (its descriptor closed: the
+        mapping lives on with the table's buffers), and the file's inode; None when it is not in
+        the copy, or is refused (then dropped, counted and logged: fetched again)."""
         try:
-            with pa.memory_map(path) as mapped:
-                table = pa.ipc.open_file(mapped).read_all()
-        except FileNotFoundError:
+            entry = read_entry(path, key.fields)
+        except CacheFault as fault:
+            record_fault(self.counters, "local_copy", path, fault)
+            drop_path(path)
             return None
-        except (pa.ArrowException, OSError) as exc:  # damaged on disk: fetch it again
-            log.warning("dropping unreadable local copy %s: %s", path, exc)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        if entry is None:
             return None
+        self.counters.verified(entry.verify_seconds, entry.nbytes)
         with contextlib.suppress(OSError):
             os.utime(path)  # least recently used goes first
-        return table
+        return entry.table, entry.inode
 
     @contextlib.contextmanager
     def _locked(self, key: RowGroupKey) -> Iterator[None]:
@@ -188,7 +202,7 @@ class LocalCopy:
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
 
-    def _store(self, path: str, table: pa.Table) -> bool:
+    def _store(self, path: str, key: RowGroupKey, table: pa.Table) -> bool:
         """Write `table` to `path` atomically; False (and the caller serves it uncopied) when it
         cannot be stored: larger than the whole bound, or the disk refuses."""
         if table.nbytes > self.max_bytes * LOW_WATER:
@@ -197,9 +211,7 @@ class LocalCopy:
         temp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             os.makedirs(folder, exist_ok=True)
-            with pa.OSFile(temp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table.combine_chunks())
-            size = os.stat(temp).st_size
+            size = write_entry(temp, key.fields, table)
             os.replace(temp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
