@@ -14,10 +14,10 @@ import pytest
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.batching import DecodeJob, decode_batch
-from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
-from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.cache_fault import CacheFault
+from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
 from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry
+from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
