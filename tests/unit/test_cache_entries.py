@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import struct
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -277,10 +278,29 @@ def test_a_mapped_row_group_replaced_on_disk_is_verified_again(rows: DatasetInde
     assert reader.read(np.arange(8)).equals(expected)
     [path] = _copy_files(tmp_path / "copy")
     damaged = bytearray(path.read_bytes())
-    damaged[-200] ^= 0xFF
+    damaged[len(damaged) // 2] ^= 0xFF
     temp = path.with_name("replacement")
     temp.write_bytes(damaged)
     os.replace(temp, path)  # a new file in its place, as most tools write one
+    counters.take_delta()
+    assert reader.read(np.arange(8)).equals(expected)
+    assert counters.take_delta().faults == {("local_copy", "checksum"): 1}
+
+
+def test_a_mapped_row_group_written_in_place_is_verified_again(rows: DatasetIndex, tmp_path: Path) -> None:
+    """The actor's mapping shows the file's pages: a byte flipped in place must not reach a batch."""
+    counters = SharedReadCounters()
+    reader = _reader(rows, tmp_path / "copy", counters)
+    expected = memory_reader(rows).read(np.arange(8))
+    assert reader.read(np.arange(8)).equals(expected)
+    [path] = _copy_files(tmp_path / "copy")
+    time.sleep(0.01)  # a new mtime even on coarse clocks
+    middle = path.stat().st_size // 2  # in the row group's values
+    with open(path, "r+b") as f:  # the same file (inode), as the mapping sees it
+        f.seek(middle)
+        byte = f.read(1)
+        f.seek(middle)
+        f.write(bytes([byte[0] ^ 0xFF]))
     counters.take_delta()
     assert reader.read(np.arange(8)).equals(expected)
     assert counters.take_delta().faults == {("local_copy", "checksum"): 1}

@@ -58,10 +58,17 @@ def write_entry(path: str, key: list[Any], table: pa.Table) -> int:
     return length
 
 
+Stamp = tuple[int, int, int]  # a file's (inode, size, mtime in ns): any write or replacement changes it
+
+
+def stamp_of(st: os.stat_result) -> Stamp:
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
 @dataclass(frozen=True)
 class MappedEntry:
     table: pa.Table  # the row group, its buffers views of the mapped file
-    inode: int  # the file mapped: a replaced file has another
+    stamp: Stamp  # the file as verified: a file written in place or replaced since has another
     nbytes: int
     verify_seconds: float
 
@@ -71,7 +78,7 @@ def read_entry(path: str, key: list[Any]) -> MappedEntry | None:
     file. CacheFault when the file cannot be read or does not prove to be that row group."""
     try:
         with pa.memory_map(path) as mapped:
-            inode = os.fstat(mapped.fileno()).st_ino
+            stamp = stamp_of(os.fstat(mapped.fileno()))
             data = mapped.read_buffer(mapped.size())
     except FileNotFoundError:
         return None
@@ -105,7 +112,7 @@ def read_entry(path: str, key: list[Any]) -> MappedEntry | None:
         table = pa.ipc.open_file(data.slice(start)).read_all()
     except (pa.ArrowException, OSError) as exc:
         raise CacheFault("format", f"unreadable Arrow IPC: {exc}") from exc
-    return MappedEntry(table, inode, int(data.size), time.perf_counter() - started)
+    return MappedEntry(table, stamp, int(data.size), time.perf_counter() - started)
 
 
-__all__ = ["FORMAT", "MappedEntry", "key_fields", "read_entry", "write_entry"]
+__all__ = ["FORMAT", "MappedEntry", "Stamp", "key_fields", "read_entry", "stamp_of", "write_entry"]
