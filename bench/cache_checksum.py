@@ -10,7 +10,8 @@ same bytes, already in memory (as an entry is once read), best of 3 runs of abou
 uses CRC32C from ``google-crc32c`` (node/entry_checksum.py); ``crc32c`` and ``xxhash`` are only
 compared here. The last rows time the service's own verification end to end: a prepared sample's
 ``decode_entry`` (checksum, header, key, array views) and a row group file's ``read_entry`` (map,
-checksum, header, key, Arrow IPC), per entry and per GB.
+checksum, header, key, Arrow IPC), per entry and per GB, and the check each use of a mapped row
+group costs (one stat of its file).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import os
 import tempfile
 import time
 import zlib
@@ -29,7 +31,7 @@ import numpy as np
 import pyarrow as pa
 
 from bench.report import markdown_table
-from shardstream.service.node.local_copy_entry import key_fields, read_entry, write_entry
+from shardstream.service.node.local_copy_entry import key_fields, read_entry, stamp_of, write_entry
 from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry
 
 SAMPLE_SHAPE = (224, 224, 3)
@@ -105,6 +107,9 @@ def measure(repeat_s: float) -> list[list[str]]:
             read_entry(path, key)  # in the page cache, as a file just written or read
             rows.append(_row("local copy row group: read_entry (map + all checks)", size,
                              best_seconds(lambda p=path, k=key: read_entry(p, k), repeat_s)))
+        stamp_seconds = best_seconds(lambda: stamp_of(os.stat(path)), repeat_s)
+        rows.append(["local copy: stamp check of a mapped row group, each use", "-", f"{stamp_seconds * 1e6:.1f}",
+                     "-", "-"])
     return rows
 
 
