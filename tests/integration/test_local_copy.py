@@ -136,3 +136,42 @@ def test_a_rewritten_shard_is_read_again_not_served_from_the_copy(with_copy: tup
                    data / "part-00000.parquet", row_group_size=4)
     again = _epoch(address, str(data), "after-rewrite", 0, columns=["y"])
     assert {v for b in again for v in np.frombuffer(b["y"], dtype=np.int32)} == {7}
+
+
+def _flip_a_value(path: Path) -> None:
+    """Flip a bit of one row's `x` (8 float32s holding its index) in the file, in place."""
+    data = path.read_bytes()
+    at = next(data.index(p) for p in (np.full(8, k, np.float32).tobytes() for k in range(1, N)) if p in data)
+    with open(path, "r+b") as f:  # the same file (inode), as the actor's mapping sees it
+        f.seek(at + 2)
+        f.write(bytes([data[at + 2] ^ 0x10]))
+
+
+def test_a_damaged_row_group_in_the_copy_is_fetched_again_never_served(with_copy: tuple[Service, str],
+                                                                       tmp_path: Path) -> None:
+    """After a warm epoch every row group of the dataset in the copy is damaged in place (a bit
+    flipped in its values, while the decode actor holds it mapped): the next epoch is still the
+    oracle's, and each row group is one checksum fault, fetched again."""
+    running, address = with_copy
+    assert running.metrics_port
+    data = str(tmp_path / "damaged")
+    write_indexed(data, SHARDS, row_group_size=4, features=8)
+    copy = Path(running.config.local_copy_dir)
+    before = set(copy.glob("*/*.arrow"))
+    _epoch(address, data, "damaged-copy", 0, world_size=1)  # every row group
+    ours = sorted(set(copy.glob("*/*.arrow")) - before)
+    assert ours
+    node = ("node", _reads(address).node_id)
+    key = ("shardstream_cache_faults_total", (("cache", "local_copy"), ("cause", "checksum"), node))
+    faults = settled(lambda: scrape(running.metrics_port)).get(key, 0)
+    time.sleep(0.01)  # a new mtime even on coarse clocks
+    for path in ours:
+        _flip_a_value(path)
+    batches = _epoch(address, data, "damaged-copy", 1, world_size=1, reconnect_timeout=30)
+    assert [np.frombuffer(b["idx"], dtype=np.int64).tolist() for b in batches] == oracle_batches(
+        N, 1, 0, 5, True, 11, False, 1)
+    for b in batches:  # x holds its row's index, `features` times
+        idx = np.frombuffer(b["idx"], dtype=np.int64)
+        np.testing.assert_array_equal(np.frombuffer(b["x"], dtype=np.float32).reshape(len(idx), 8),
+                                      np.repeat(idx, 8).reshape(len(idx), 8).astype(np.float32))
+    assert settled(lambda: scrape(running.metrics_port))[key] - faults == len(ours)

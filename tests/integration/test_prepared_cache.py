@@ -7,6 +7,8 @@ fresh directories, the other with it off.
 
 from __future__ import annotations
 
+import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,10 +26,11 @@ IMAGE = {"transform": "image", "transform_args": {"size": 16}}
 N = 17  # samples in each test's dataset
 
 
-def _epoch(address: str, dataset: str, job: str, epoch: int, seed: int = 11) -> list[dict[str, bytes]]:
+def _epoch(address: str, dataset: str, job: str, epoch: int, seed: int = 11,
+           **kwargs: object) -> list[dict[str, bytes]]:
     """A one-rank job's batches of `epoch` (every sample once), as bytes per tensor."""
     with RemoteLoader(address, dataset=dataset, batch_size=5, shuffle=True, seed=seed, world_size=1, rank=0,
-                      job_name=job, **IMAGE) as loader:  # type: ignore[arg-type]
+                      job_name=job, **IMAGE, **kwargs) as loader:  # type: ignore[arg-type]
         loader.set_epoch(epoch)
         return [{name: t.numpy().tobytes() for name, t in batch.items()} for batch in loader]
 
@@ -97,3 +100,60 @@ def test_a_rewritten_shard_is_prepared_again_not_served_stale(
     after = _epoch(address, data, "rewrite-after", 0)
     assert after == _epoch(uncached[1], data, "rewrite-off", 0)
     assert after != first
+
+
+def _faults(port: int) -> dict[tuple[str, str], float]:
+    """shardstream_cache_faults_total by (cache, cause), summed over nodes, once the actors reported."""
+    totals: dict[tuple[str, str], float] = {}
+    for (name, labels), value in settled(lambda: scrape(port)).items():
+        if name == "shardstream_cache_faults_total":
+            label = dict(labels)
+            key = (label["cache"], label["cause"])
+            totals[key] = totals.get(key, 0) + value
+    return totals
+
+
+def _retype(path: Path) -> None:
+    """Edit the stored header's image dtype to another of the same size (uint8 -> int8)."""
+    data = path.read_bytes()
+    assert data.count(b'"|u1"') == 1
+    path.write_bytes(data.replace(b'"|u1"', b'"|i1"'))
+
+
+def test_a_damaged_disk_tier_is_read_again_never_served(
+        cached: tuple[Service, str, Path], uncached: tuple[Service, str], tmp_path: Path) -> None:
+    """After a warm epoch, the disk tier damaged four ways (the memory tier emptied, so the disk tier
+    is read): the next epochs are the bytes of a service with the cache off, each damaged entry is
+    one fault of its cause, and the epoch takes no longer than a cold one (no retries)."""
+    running, address, cache_dir = cached
+    assert running.metrics_port
+    data = str(tmp_path / "data")
+    write_images(data, [9, 8])
+    disk, memory = cache_dir / "disk", cache_dir / "memory"
+    before = {p for p in disk.glob("*/*")}
+    _epoch(address, data, "damaged-fill", 0)
+    entries = sorted({p for p in disk.glob("*/*") if not p.name.endswith(".tmp")} - before)
+    assert len(entries) == N
+    for folder in {p.parent.name for p in entries}:
+        shutil.rmtree(memory / folder, ignore_errors=True)
+    flipped, source, overwritten, retyped, replaced = entries[:5]
+    data_bytes = bytearray(flipped.read_bytes())
+    data_bytes[-20] ^= 0x01  # one bit of the picture
+    flipped.write_bytes(data_bytes)
+    shutil.copyfile(source, overwritten)  # one sample's file over another's
+    _retype(retyped)
+    replaced.unlink()
+    replaced.mkdir()  # a directory where the file was
+    faults = _faults(running.metrics_port)
+    started = time.monotonic()
+    damaged_epoch = _epoch(address, data, "damaged-fill", 1, reconnect_timeout=30)
+    elapsed = time.monotonic() - started
+    assert damaged_epoch == _epoch(uncached[1], data, "damaged-off", 1)
+    after = _faults(running.metrics_port)
+    rose = {key: after[key] - faults.get(key, 0) for key in after if after[key] != faults.get(key, 0)}
+    assert rose == {("disk", "checksum"): 2, ("disk", "key"): 1, ("disk", "io_error"): 1}
+    assert elapsed < 20, f"the damaged epoch took {elapsed:.1f} s"
+    assert replaced.is_file()  # dropped, prepared again and stored sound
+    # The next epoch finds sound entries everywhere: the same bytes, no fault.
+    assert _epoch(address, data, "damaged-fill", 2) == _epoch(uncached[1], data, "damaged-off", 2)
+    assert _faults(running.metrics_port) == after

@@ -14,15 +14,18 @@ import pytest
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.batching import DecodeJob, decode_batch
+from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
+from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry
 from shardstream.service.node.prepared_peers import PreparedPeers
-from shardstream.service.node.prepared_tier import SampleTier, decode_sample, encode_sample
+from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.transforms import build_transform
 from tests.datasets import memory_reader, write_images
 
 IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
+KEY = SampleKey("prepare", "file:///data/part-0.parquet\x00100\x00v1", 3)
 
 
 def _bytes(parts: list[Any]) -> bytearray:
@@ -32,9 +35,9 @@ def _bytes(parts: list[Any]) -> bytearray:
 def test_a_sample_reads_back_with_its_values_dtypes_and_python_types() -> None:
     sample = {"image": np.arange(2 * 3 * 3, dtype=np.uint8).reshape(2, 3, 3)[:, ::-1], "label": 7,
               "weight": 0.25, "keep": True, "score": np.float16(1.5), "empty": np.zeros((0, 4), np.int32)}
-    parts = encode_sample(sample)
+    parts = encode_entry(KEY, sample)
     assert parts is not None
-    back = decode_sample(_bytes(parts))
+    back = decode_entry(_bytes(parts), KEY)
     assert list(back) == list(sample)
     np.testing.assert_array_equal(back["image"], sample["image"])
     assert back["image"].dtype == np.uint8 and back["image"].flags.writeable
@@ -45,21 +48,21 @@ def test_a_sample_reads_back_with_its_values_dtypes_and_python_types() -> None:
 
 
 def test_samples_holding_strings_are_not_cached() -> None:
-    assert encode_sample({"image": np.zeros(3, np.uint8), "path": "a.jpg"}) is None
-    assert encode_sample({"x": None}) is None
+    assert encode_entry(KEY, {"image": np.zeros(3, np.uint8), "path": "a.jpg"}) is None
+    assert encode_entry(KEY, {"x": None}) is None
 
 
 def test_a_damaged_file_is_not_a_sample() -> None:
-    parts = encode_sample({"x": np.arange(4)})
+    parts = encode_entry(KEY, {"x": np.arange(4)})
     assert parts is not None
-    with pytest.raises(ValueError):
-        decode_sample(_bytes(parts)[:-8])
-    with pytest.raises(ValueError):
-        decode_sample(bytearray(b"garbage" * 4))
+    with pytest.raises(CacheFault):
+        decode_entry(_bytes(parts)[:-8], KEY)
+    with pytest.raises(CacheFault):
+        decode_entry(bytearray(b"garbage" * 4), KEY)
 
 
 def _parts(n: int) -> tuple[list[Any], int]:
-    parts = encode_sample({"x": np.zeros(n, np.uint8)})
+    parts = encode_entry(KEY, {"x": np.zeros(n, np.uint8)})
     assert parts is not None
     return parts, sum(len(p) for p in parts)
 
@@ -69,7 +72,7 @@ def test_a_full_tier_admits_nothing_more_and_keeps_what_it_holds(tmp_path: Path)
     tier = SampleTier("memory", str(tmp_path), max_bytes=size * 5)
     stored = [tier.store("d", row, parts, size) for row in range(8)]
     assert stored[:5] == [True] * 5 and not any(stored[5:])  # the bound holds 5
-    assert all(tier.load("d", row) is not None for row in range(5))
+    assert all(tier.load_file("d", row) is not None for row in range(5))
     assert tier.stored_bytes <= tier.max_bytes
 
 
@@ -81,7 +84,7 @@ def test_a_full_tier_makes_room_by_removing_datasets_unused_for_long(tmp_path: P
     long_ago = time.time() - 2 * 3600
     os.utime(tmp_path / "old", (long_ago, long_ago))
     assert tier.store("new", 0, parts, size)
-    assert not (tmp_path / "old").exists() and tier.load("new", 0) is not None
+    assert not (tmp_path / "old").exists() and tier.load_file("new", 0) is not None
 
 
 def _index(directory: Path, shard_rows: tuple[int, ...] = (5, 4)) -> DatasetIndex:
@@ -226,12 +229,12 @@ def test_a_job_keeps_no_more_than_its_limit_and_others_still_keep_theirs(tmp_pat
     cannot evict every other job's."""
     cache = PreparedCache([SampleTier("memory", str(tmp_path / "m"), 1 << 20)], SharedReadCounters())
     index = _index(tmp_path / "data")
-    sample = {"x": np.arange(100, dtype=np.int64)}  # about 800 bytes each
-    big = cache.for_job(index, "big job", max_bytes=2000)
+    sample = {"x": np.arange(1000, dtype=np.int64)}  # about 8,000 bytes each, with its key and header
+    big = cache.for_job(index, "big job", max_bytes=20000)
     for i in range(5):
         big.put(i, sample)
     kept = [i for i in range(5) if big.get(i) is not None]
-    assert kept == [0, 1] and 1600 <= big.kept_bytes <= 2000
+    assert kept == [0, 1] and 16000 <= big.kept_bytes <= 20000
     other = cache.for_job(index, "other job")  # no limit
     for i in range(5):
         other.put(i, sample)

@@ -22,7 +22,8 @@ from shardstream.service.control.bounded import StorageCalls
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.identities import Refusals
-from shardstream.service.node.read_counters import TIERS
+from shardstream.service.node.cache_fault import CAUSES
+from shardstream.service.node.read_counters import FAULT_CACHES, TIERS
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,18 @@ class _StateCollector(Collector):
                                               labels=["node"])
         prepared_bytes = GaugeMetricFamily("shardstream_prepared_cache_bytes",
                                            "Bytes a tier of the prepared-sample cache holds", labels=["tier", "node"])
+        faults = CounterMetricFamily("shardstream_cache_faults",
+                                     "Cache entries refused on reading (a damaged, misplaced, short or unreadable "
+                                     "entry), each read again from storage: by cache (memory, disk, peer, "
+                                     "local_copy) and cause", labels=["node", "cache", "cause"])
+        verify = CounterMetricFamily("shardstream_cache_verify_seconds",
+                                     "Time decode actors spent verifying cache entries' keys and checksums",
+                                     labels=["node"])
         for node, reads in sorted(self.pool.reads_by_node().items()):
+            for cache in FAULT_CACHES:  # at 0 from the start, so rate() sees a cause's first fault
+                for cause in CAUSES:
+                    faults.add_metric([node, cache, cause], reads.faults.get((cache, cause), 0))
+            verify.add_metric([node], reads.verify_seconds)
             storage.add_metric([node], reads.storage_bytes)
             groups.add_metric([node], reads.storage_reads)
             for tier in TIERS:
@@ -173,7 +185,8 @@ class _StateCollector(Collector):
                 prepared_bytes.add_metric([tier, node], getattr(reads, f"prepared_{tier}_bytes"))
             prepared_hits.add_metric(["peer", node], reads.prepared_peer_hits)
             prepared_misses.add_metric([node], reads.prepared_misses)
-        yield from (storage, groups, hits, misses, cached, prepared_hits, prepared_misses, prepared_bytes)
+        yield from (storage, groups, hits, misses, cached, prepared_hits, prepared_misses, prepared_bytes, faults,
+                    verify)
 
 
 __all__ = ["ServiceMetrics"]

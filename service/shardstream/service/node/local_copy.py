@@ -18,7 +18,11 @@ with an empty disk it is simply filled again.
 
 The key holds the shard's URL, size and version (generation, ETag or mtime),
 the row group and the columns: a rewritten file is never served from an old
-copy.
+copy. Each file carries that key and a checksum of its bytes
+(local_copy_entry.py), verified whenever an actor maps it: a file that fails,
+or a path that cannot be read, is a miss, dropped and fetched again, counted
+and logged (cache_fault.py). A mapped file written in place or replaced on
+disk since it was verified is mapped (and verified) again at its next use.
 """
 
 from __future__ import annotations
@@ -41,6 +45,15 @@ from typing import Any
 import pyarrow as pa
 
 from shardstream.service.dataset import Shard
+from shardstream.service.node.cache_fault import CacheFault, drop_path, record_fault
+from shardstream.service.node.local_copy_entry import (
+    FORMAT,
+    Stamp,
+    key_fields,
+    read_entry,
+    stamp_of,
+    write_entry,
+)
 from shardstream.service.node.read_counters import SharedReadCounters
 
 log = logging.getLogger(__name__)
@@ -53,7 +66,7 @@ STALE_TEMP_S = 600.0  # half-written files older than this are from a writer tha
 # directory again (what the node's other actors wrote too), so together they overshoot the bound
 # by at most (actors on the node) x this fraction (and one row group).
 RECOUNT_FRACTION = 0.01
-# A mapped file's mtime (its recency for eviction) is renewed at most this often: a shuffled batch
+# A mapped file's atime (its recency for eviction) is renewed at most this often: a shuffled batch
 # touches dozens of row groups, and a utime each cost 10% of gathering it.
 TOUCH_EVERY_S = 1.0
 MAX_MAPPED = 2048  # row groups one process keeps mapped (opening one costs ~0.3 ms)
@@ -78,8 +91,19 @@ class RowGroupKey:
     @property
     def digest(self) -> str:
         s = self.shard
-        text = f"{s.identity}\0{self.row_group}\0{self.columns}"  # Parquet's names as before formats
+        text = f"{FORMAT}\0{s.identity}\0{self.row_group}\0{self.columns}"
         return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    @property
+    def fields(self) -> list[Any]:
+        """The key the row group's file carries, checked when it is mapped."""
+        return key_fields(self.shard.identity, self.row_group, self.columns)
+
+
+def _touch(path: str, st: os.stat_result) -> None:
+    """Mark the file used now (its atime: what eviction orders by), keeping the writer's mtime."""
+    with contextlib.suppress(OSError):
+        os.utime(path, ns=(time.time_ns(), st.st_mtime_ns))
 
 
 class LocalCopy:
@@ -90,8 +114,9 @@ class LocalCopy:
         self.counters = counters
         (self.root / "locks").mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        # Opened by this process, LRU: ident -> (table, its file). A hit costs no hashing of paths.
-        self._mapped: OrderedDict[tuple[Any, ...], tuple[pa.Table, str, float]] = OrderedDict()
+        # Opened by this process, LRU: ident -> (table, its file, last touched, the file as verified).
+        # A hit costs no hashing of paths.
+        self._mapped: OrderedDict[tuple[Any, ...], tuple[pa.Table, str, float, Stamp]] = OrderedDict()
         self.touch_every_s = TOUCH_EVERY_S
         self._remove_stale_temp_files()
         self._estimate = self._scan()[1]
@@ -110,50 +135,55 @@ class LocalCopy:
         Call after `cached` said None: this counts a memory miss."""
         path = self._path(key)
         self.counters.count(memory_misses=1)
-        table = self._open(path)
-        if table is None:
+        opened = self._open(path, key)
+        if opened is None:
             with self._locked(key):
-                table = self._open(path)  # another actor may have fetched it while this one waited
-                if table is None:
+                opened = self._open(path, key)  # another actor may have fetched it while this one waited
+                if opened is None:
                     self.counters.count(disk_misses=1)
                     fetched = fetch()
-                    table = self._open(path) if self._store(path, fetched) else None
-                    if table is None:
+                    opened = self._open(path, key) if self._store(path, key, fetched) else None
+                    if opened is None:
                         return fetched
-                    self._remember(key, path, table)
-                    return table
+                    self._remember(key, path, *opened)
+                    return opened[0]
         self.counters.count(disk_hits=1)
-        self._remember(key, path, table)
-        return table
+        self._remember(key, path, *opened)
+        return opened[0]
 
     def _still_mapped(self, ident: tuple[Any, ...]) -> pa.Table | None:
-        """The table this process already mapped, while its file is still in the copy.
+        """The table this process already mapped, while its file is still in the copy as verified.
 
-        Touching the file (once per `touch_every_s`) both marks it recently used and checks that
-        no actor has evicted it: a mapping outlives its file, and evicted files must not go on
-        holding disk. Until the next touch an evicted row group is still served from its
-        mapping: the same bytes, since the key holds the shard's version."""
-        now = time.monotonic()
+        Each use checks the file's stamp (one stat): a file written in place or replaced since it
+        was verified is mapped, and so verified, again; an evicted one is fetched again (a mapping
+        outlives its file, and evicted files must not go on holding disk). Recency for eviction is
+        the file's atime, renewed at most once per `touch_every_s` (a utime each use cost 10% of
+        gathering a shuffled batch); its mtime stays the writer's, so a write shows."""
         with self._lock:
             entry = self._mapped.get(ident)
-            if entry is None:
-                return None
-            table, path, touched = entry
-            if now - touched < self.touch_every_s:  # its place in the LRU too is renewed at most that often
-                return table
-            self._mapped.move_to_end(ident)
-            self._mapped[ident] = (table, path, now)
+        if entry is None:
+            return None
+        table, path, touched, stamp = entry
         try:
-            os.utime(path)
-        except FileNotFoundError:
+            st = os.stat(path)
+            if stamp_of(st) != stamp:
+                raise FileNotFoundError(path)
+        except OSError:
             with self._lock:
                 self._mapped.pop(ident, None)
             return None
+        now = time.monotonic()
+        if now - touched >= self.touch_every_s:  # its place in the LRU too is renewed at most that often
+            with self._lock:
+                if ident in self._mapped:
+                    self._mapped.move_to_end(ident)
+                    self._mapped[ident] = (table, path, now, stamp)
+            _touch(path, st)
         return table
 
-    def _remember(self, key: RowGroupKey, path: str, table: pa.Table) -> None:
+    def _remember(self, key: RowGroupKey, path: str, table: pa.Table, stamp: Stamp) -> None:
         with self._lock:
-            self._mapped[key.ident] = (table, path, time.monotonic())
+            self._mapped[key.ident] = (table, path, time.monotonic(), stamp)
             while len(self._mapped) > MAX_MAPPED:
                 self._mapped.popitem(last=False)
 
@@ -161,22 +191,22 @@ class LocalCopy:
         digest = key.digest
         return os.path.join(self._root, digest[:2], digest + SUFFIX)
 
-    def _open(self, path: str) -> pa.Table | None:
-        """The file's table, memory-mapped (its descriptor closed: the mapping lives on with the
-        table's buffers); None when it is not in the copy."""
+    def _open(self, path: str, key: RowGroupKey) -> tuple[pa.Table, Stamp] | None:
+        """The file's table, memory-mapped and verified to be `key`'s (its descriptor closed: the
+        mapping lives on with the table's buffers), and the file's stamp as verified; None when it
+        is not in the copy, or is refused (then dropped, counted and logged: fetched again)."""
         try:
-            with pa.memory_map(path) as mapped:
-                table = pa.ipc.open_file(mapped).read_all()
-        except FileNotFoundError:
+            entry = read_entry(path, key.fields)
+        except CacheFault as fault:
+            record_fault(self.counters, "local_copy", path, fault)
+            drop_path(path)
             return None
-        except (pa.ArrowException, OSError) as exc:  # damaged on disk: fetch it again
-            log.warning("dropping unreadable local copy %s: %s", path, exc)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+        if entry is None:
             return None
+        self.counters.verified(entry.verify_seconds, entry.nbytes)
         with contextlib.suppress(OSError):
-            os.utime(path)  # least recently used goes first
-        return table
+            _touch(path, os.stat(path))  # least recently used goes first
+        return entry.table, entry.stamp
 
     @contextlib.contextmanager
     def _locked(self, key: RowGroupKey) -> Iterator[None]:
@@ -188,7 +218,7 @@ class LocalCopy:
             finally:
                 fcntl.flock(lock_file, fcntl.LOCK_UN)
 
-    def _store(self, path: str, table: pa.Table) -> bool:
+    def _store(self, path: str, key: RowGroupKey, table: pa.Table) -> bool:
         """Write `table` to `path` atomically; False (and the caller serves it uncopied) when it
         cannot be stored: larger than the whole bound, or the disk refuses."""
         if table.nbytes > self.max_bytes * LOW_WATER:
@@ -197,9 +227,7 @@ class LocalCopy:
         temp = os.path.join(folder, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
         try:
             os.makedirs(folder, exist_ok=True)
-            with pa.OSFile(temp, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table.combine_chunks())
-            size = os.stat(temp).st_size
+            size = write_entry(temp, key.fields, table)
             os.replace(temp, path)
         except OSError as exc:
             with contextlib.suppress(OSError):
@@ -221,7 +249,7 @@ class LocalCopy:
         return True
 
     def _scan(self) -> tuple[list[tuple[float, int, Path]], int]:
-        """(mtime, size, path) of every stored file, and their total size."""
+        """(last used: atime, size, path) of every stored file, and their total size."""
         files: list[tuple[float, int, Path]] = []
         for sub in self.root.iterdir():
             if sub.name == "locks" or not sub.is_dir():
@@ -230,7 +258,7 @@ class LocalCopy:
                 if entry.name.endswith(SUFFIX):
                     with contextlib.suppress(FileNotFoundError):
                         st = entry.stat()
-                        files.append((st.st_mtime, st.st_size, Path(entry.path)))
+                        files.append((st.st_atime, st.st_size, Path(entry.path)))
         return files, sum(size for _, size, _ in files)
 
     def _recount(self) -> None:

@@ -24,7 +24,12 @@ With decode actors on several nodes, each sample has a home node, and the
 others ask it before preparing the sample themselves (prepared_peers.py); a
 node keeps only its own samples.
 
-Each tier is a bounded directory of sample files (prepared_tier.py).
+Each tier is a bounded directory of sample files (prepared_tier.py). Each file
+is an entry that carries its own key and a checksum (prepared_entry.py),
+verified on every read: from either tier, by a home node before it sends a
+sample, by the node that receives it, and by a home before it keeps a sample
+given to it. An entry that fails, or a path that cannot be read, is a miss:
+dropped, prepared again, counted and logged (cache_fault.py).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import json
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
@@ -46,8 +52,15 @@ import numpy as np
 
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.node.cache_fault import CacheFault, record_fault
+from shardstream.service.node.prepared_entry import (
+    SampleKey,
+    decode_entry,
+    encode_entry,
+    verify_file,
+)
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
-from shardstream.service.node.prepared_tier import SampleTier, decode_sample, encode_sample
+from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
 
 log = logging.getLogger(__name__)
@@ -94,20 +107,56 @@ class PreparedCache:
         self.peers = peers  # the other nodes' caches (prepared_peers.py); None: this node's only
         self.publish()
 
+    def load(self, tier: SampleTier, key: SampleKey) -> dict[str, Any] | None:
+        """The sample `tier` holds for `key`, verified; None when it holds none or the entry is
+        refused (then dropped, counted and logged)."""
+        try:
+            data = tier.load_file(key.folder, key.row)
+            if data is None:
+                return None
+            started = time.perf_counter()
+            sample = decode_entry(data, key)
+            self.counters.verified(time.perf_counter() - started, len(data))
+            return sample
+        except CacheFault as fault:
+            self._refused(tier, key.folder, key.row, fault)
+            return None
+
     def read_files(self, keys: Sequence[FileKey]) -> list[bytes | None]:
-        """The stored files of these samples (for a peer), None for those no tier holds."""
-        found: list[bytes | None] = []
-        for folder, row in keys:
-            data = next((d for d in (tier.load_file(folder, row) for tier in self.tiers) if d is not None), None)
-            found.append(None if data is None else bytes(data))
-        return found
+        """The stored files of these samples (for a peer), each verified to be the entry stored
+        at its place; None for those no tier holds soundly."""
+        return [self._sound_file(folder, row) for folder, row in keys]
+
+    def _sound_file(self, folder: str, row: int) -> bytes | None:
+        for tier in self.tiers:
+            try:
+                data = tier.load_file(folder, row)
+                if data is None:
+                    continue
+                started = time.perf_counter()
+                verify_file(data, folder, row)
+                self.counters.verified(time.perf_counter() - started, len(data))
+                return bytes(data)
+            except CacheFault as fault:
+                self._refused(tier, folder, row, fault)
+        return None
 
     def keep_files(self, files: Sequence[tuple[str, int, bytes]]) -> None:
-        """Store samples a peer prepared (this node is their home)."""
+        """Store samples a peer prepared (this node is their home), those that prove to be the
+        entry of their place."""
         for folder, row, data in files:
+            try:
+                verify_file(bytearray(data), folder, row)
+            except CacheFault as fault:
+                record_fault(self.counters, "peer", f"a sample given for {folder}/{row}", fault)
+                continue
             for tier in self.tiers:
                 tier.store(folder, row, [data], len(data))
         self.publish()
+
+    def _refused(self, tier: SampleTier, folder: str, row: int, fault: CacheFault) -> None:
+        record_fault(self.counters, tier.name, tier.path(folder, row), fault)
+        tier.drop(folder, row)
 
     def for_job(self, index: DatasetIndex, identity: str, max_bytes: int | None = None) -> JobSamples:
         return JobSamples(self, index, identity, max_bytes)
@@ -141,8 +190,7 @@ class JobSamples:
 
     def __post_init__(self) -> None:
         self._starts = self.index.file_starts
-        self._folders = [hashlib.sha256(f"{self.identity}\0{s.identity}".encode()).hexdigest()[:32]
-                         for s in self.index.shards]
+        self._shards = [s.identity for s in self.index.shards]
         self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
         self._lock = threading.Lock()
         self.kept_bytes = 0  # what this view stored or gave its homes
@@ -154,9 +202,9 @@ class JobSamples:
             self.kept_bytes += size
             return True
 
-    def _where(self, index: int) -> tuple[str, int]:
+    def _key(self, index: int) -> SampleKey:
         shard = int(np.searchsorted(self._starts, index, side="right")) - 1
-        return self._folders[shard], int(index - self._starts[shard])
+        return SampleKey(self.identity, self._shards[shard], int(index - self._starts[shard]))
 
     def _peers(self) -> PreparedPeers | None:
         peers = self.cache.peers
@@ -171,43 +219,54 @@ class JobSamples:
         found: dict[int, dict[str, Any]] = {}
         counts: collections.Counter[str] = collections.Counter()
         peers = self._peers()
-        lacking: dict[str, list[tuple[int, FileKey]]] = {}  # home node -> (position, key)
+        lacking: dict[str, list[tuple[int, SampleKey]]] = {}  # home node -> (position, key)
         for position, index in enumerate(indices):
-            folder, row = self._where(int(index))
+            key = self._key(int(index))
             for tier in self.cache.tiers:
-                sample = tier.load(folder, row)
+                sample = self.cache.load(tier, key)
                 if sample is not None:
                     found[position] = sample
                     counts[f"prepared_{tier.name}_hits"] += 1
                     break
             else:
-                home = peers.home(folder, row) if peers is not None else None
+                home = peers.home(key.folder, key.row) if peers is not None else None
                 if peers is not None and home is not None and home != peers.node_id:
-                    lacking.setdefault(home, []).append((position, (folder, row)))
+                    lacking.setdefault(home, []).append((position, key))
         if peers is not None and lacking:
-            files = peers.fetch({home: [key for _, key in wanted] for home, wanted in lacking.items()})
-            for wanted in lacking.values():
+            files = peers.fetch({home: [(key.folder, key.row) for _, key in wanted]
+                                 for home, wanted in lacking.items()})
+            for home, wanted in lacking.items():
                 for position, key in wanted:
-                    data = files.get(key)
-                    if data is None:
-                        continue
-                    try:
-                        found[position] = decode_sample(bytearray(data))
-                    except (ValueError, KeyError, TypeError) as exc:
-                        log.warning("a home node sent an unreadable prepared sample %s: %s", key, exc)
-                        continue
-                    counts["prepared_peer_hits"] += 1
+                    sample = self._from_home(home, key, files.get((key.folder, key.row)))
+                    if sample is not None:
+                        found[position] = sample
+                        counts["prepared_peer_hits"] += 1
         counts["prepared_misses"] += len(indices) - len(found)
         self.cache.counters.count(**counts)
         return found
 
+    def _from_home(self, home: str, key: SampleKey, data: bytes | None) -> dict[str, Any] | None:
+        """The sample a home node sent, verified to be `key`'s; None when it sent none or the
+        entry is refused (counted as a fault of the peer cache)."""
+        if data is None:
+            return None
+        try:
+            started = time.perf_counter()
+            sample = decode_entry(bytearray(data), key)
+            self.cache.counters.verified(time.perf_counter() - started, len(data))
+            return sample
+        except CacheFault as fault:
+            record_fault(self.cache.counters, "peer", f"node {home}: {key.folder}/{key.row}", fault)
+            return None
+
     def put(self, index: int, sample: dict[str, Any]) -> None:
         """Keep a sample prepared here: in this node's tiers when it is its home, else as a copy
         for its home, sent by `send_to_homes`."""
-        parts = encode_sample(sample)
+        key = self._key(index)
+        parts = encode_entry(key, sample)
         if parts is None:
             return
-        folder, row = self._where(index)
+        folder, row = key.folder, key.row
         peers = self._peers()
         home = peers.home(folder, row) if peers is not None else None
         size = sum(len(p) for p in parts)

@@ -17,6 +17,10 @@ From the second epoch on each sample is then prepared once in the cluster,
 and the cluster's tiers hold n nodes' worth of distinct samples. Samples
 travel as the cache's own files, the same bytes whichever node prepared them,
 so a batch is the same with peers, without them, or with the cache off.
+Each file proves what it is (prepared_entry.py): the home verifies it before
+sending it and before keeping one given to it, and the node that receives it
+verifies its key and checksum again; one that fails is prepared there
+(prepared_cache.py).
 
 Peers call each other's decode actors through Ray, the transport and trust
 boundary the service's actors already share, so this needs no port, TLS

@@ -1,7 +1,8 @@
 """One tier of the prepared-sample cache: a directory of prepared-sample files, bounded in bytes.
 
-A sample is one file: a small header (each field's name, dtype, shape and
-whether it was a Python scalar) and the raw arrays, aligned. Files appear by
+A sample is one file, an entry that carries its own key and checksum
+(prepared_entry.py); this module stores and finds the files, the cache
+verifies each on reading. Files appear by
 atomic rename, so the node's decode actors share a tier without locks, and
 they outlive jobs and actors; after a node restart an empty tier simply
 fills again.
@@ -17,76 +18,22 @@ actor used for ``STALE_DIRECTORY_S``.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import shutil
-import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
-import numpy as np
+from shardstream.service.node.cache_fault import CacheFault, drop_path
 
 log = logging.getLogger(__name__)
 
-MAGIC = b"SSPREP1\n"
-ALIGN = 16
 LOW_WATER = 0.9  # making room frees down to this fraction of the bound
 RECOUNT_FRACTION = 0.01  # re-count the whole tier every this much of its bound written by this actor
 STALE_DIRECTORY_S = 3600.0  # a dataset's entries unused this long may go to make room
 FULL_RETRY_S = 30.0  # a tier found full and with nothing stale is not scanned again for this long
 TOUCH_EVERY_S = 60.0  # how often an actor marks a directory it reads from as used
-SCALAR_KINDS = {"int": int, "float": float, "bool": bool}
-
-
-# ---------------------------------------------------------------- one sample as a file
-
-def encode_sample(sample: dict[str, Any]) -> list[bytes | memoryview] | None:
-    """The file's parts; None when a value is not numbers (a string, None): such a sample is
-    prepared every time."""
-    fields, blocks = [], []
-    for name, value in sample.items():
-        kind = next((k for k, t in SCALAR_KINDS.items() if type(value) is t), None)
-        if kind is None:
-            kind = "generic" if isinstance(value, np.generic) else "array"
-            if not isinstance(value, (np.ndarray, np.generic)):
-                return None
-        array = np.asarray(value)  # not ascontiguousarray: it makes 0-d values 1-d
-        if not array.flags.c_contiguous:
-            array = array.copy(order="C")
-        if array.dtype.kind not in "biuf":
-            return None
-        fields.append([name, kind, array.dtype.str, list(array.shape)])
-        blocks.append(array.reshape(-1).view(np.uint8).data if array.size else memoryview(b""))
-    header = json.dumps(fields).encode()
-    parts: list[bytes | memoryview] = [MAGIC, struct.pack("<I", len(header)), header]
-    position = len(MAGIC) + 4 + len(header)
-    for block in blocks:
-        pad = -position % ALIGN
-        parts += [b"\0" * pad, block]
-        position += pad + len(block)
-    return parts
-
-
-def decode_sample(data: bytearray) -> dict[str, Any]:
-    """The sample a file holds; arrays are writable views of `data`."""
-    if data[: len(MAGIC)] != MAGIC:
-        raise ValueError("not a prepared-sample file")
-    (length,) = struct.unpack_from("<I", data, len(MAGIC))
-    position = len(MAGIC) + 4 + length
-    sample: dict[str, Any] = {}
-    for name, kind, dtype, shape in json.loads(bytes(data[len(MAGIC) + 4 : position])):
-        position += -position % ALIGN
-        count = int(np.prod(shape, dtype=np.int64))
-        array = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=position).reshape(shape)
-        position += array.nbytes
-        sample[name] = SCALAR_KINDS[kind](array.item()) if kind in SCALAR_KINDS else (
-            array[()] if kind == "generic" else array)
-    if position != len(data):
-        raise ValueError("prepared-sample file has trailing bytes")
-    return sample
 
 
 # ---------------------------------------------------------------- a tier
@@ -106,29 +53,29 @@ class SampleTier:
         self._full_until = 0.0
         self._touched: dict[str, float] = {}
 
-    def load(self, folder: str, row: int) -> dict[str, Any] | None:
-        data = self.load_file(folder, row)
-        if data is None:
-            return None
-        try:
-            return decode_sample(data)
-        except (ValueError, KeyError, TypeError) as exc:  # damaged: prepare it again
-            path = os.path.join(self.root, folder, str(row))
-            log.warning("dropping unreadable prepared sample %s: %s", path, exc)
-            with contextlib.suppress(OSError):
-                os.unlink(path)
-            return None
+    def path(self, folder: str, row: int) -> str:
+        return os.path.join(self.root, folder, str(row))
 
     def load_file(self, folder: str, row: int) -> bytearray | None:
-        """The sample's file as it is stored (what a peer is sent), or None."""
+        """The sample's file as it is stored, unverified (the cache verifies it), or None when the
+        tier does not hold it. CacheFault when the path cannot be read whole."""
+        path = self.path(folder, row)
         try:
-            with open(os.path.join(self.root, folder, str(row)), "rb") as f:
+            with open(path, "rb") as f:
                 data = bytearray(os.fstat(f.fileno()).st_size)
-                f.readinto(data)
+                got = f.readinto(data)
         except FileNotFoundError:
             return None
+        except OSError as exc:  # a directory in the file's place, no permission, a failing disk
+            raise CacheFault("io_error", f"{type(exc).__name__}: {exc.strerror or exc}") from exc
+        if got != len(data):
+            raise CacheFault("short_read", f"read {got} of {len(data)} bytes")
         self._touch(folder)
         return data
+
+    def drop(self, folder: str, row: int) -> None:
+        """Remove an entry refused on reading (a directory in its place too)."""
+        drop_path(self.path(folder, row))
 
     def store(self, folder: str, row: int, parts: list[bytes | memoryview], size: int) -> bool:
         """Write the file atomically; False when the tier is full or refuses it."""
@@ -139,7 +86,7 @@ class SampleTier:
         if over and not self._make_room(size):
             return False
         directory = os.path.join(self.root, folder)
-        path = os.path.join(directory, str(row))
+        path = self.path(folder, row)
         temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:
             os.makedirs(directory, exist_ok=True)
@@ -214,4 +161,4 @@ class SampleTier:
                     temp.unlink()
 
 
-__all__ = ["SampleTier", "decode_sample", "encode_sample"]
+__all__ = ["SampleTier"]

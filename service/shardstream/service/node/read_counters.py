@@ -4,16 +4,20 @@ An actor sends the counters that grew since its last batch along with each
 batch (`ReadCounters.take_delta`), so the pool sums them per node without an
 extra call. The tiers' sizes are levels, not counts: the newest report wins.
 Two caches are counted: row groups (the actor's LRU, the node's local copy)
-and prepared samples (node/prepared_cache.py).
+and prepared samples (node/prepared_cache.py), with the entries either refused
+on reading (cache_fault.py) and the time spent verifying entries.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 TIERS = ("memory", "disk")
+# Where a cache entry is read and verified: the prepared cache's tiers, a sample sent by its home
+# node, and the local copy of row groups.
+FAULT_CACHES = ("memory", "disk", "peer", "local_copy")
 LEVELS = ("disk_bytes", "prepared_memory_bytes", "prepared_disk_bytes")
 
 
@@ -32,10 +36,20 @@ class ReadCounters:
     prepared_misses: int = 0  # samples found nowhere (read and prepared), with the cache on
     prepared_memory_bytes: int = 0  # levels: bytes each prepared-sample tier holds (last known)
     prepared_disk_bytes: int = 0
+    verify_seconds: float = 0.0  # spent checking cache entries' keys and checksums (both caches)
+    verified_bytes: int = 0  # ... over this many bytes
+    faults: dict[tuple[str, str], int] = field(default_factory=dict)  # (cache, cause) -> entries refused
+
+    def __post_init__(self) -> None:
+        self.faults = dict(self.faults)  # a copy (dataclasses.replace) never shares the counts
 
     def add(self, other: ReadCounters) -> None:
         """Sum `other` into these counters; levels are replaced where `other` knows them."""
+        for key, count in other.faults.items():
+            self.faults[key] = self.faults.get(key, 0) + count
         for f in dataclasses.fields(self):
+            if f.name == "faults":
+                continue
             if f.name not in LEVELS:
                 setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
             elif getattr(other, f.name):
@@ -57,10 +71,22 @@ class SharedReadCounters:
         self.disk_bytes = 0
         self.prepared_bytes = (0, 0)  # (memory tier, disk tier)
 
-    def count(self, **deltas: int) -> None:
+    def count(self, **deltas: float) -> None:
         with self._lock:
             for name, value in deltas.items():
                 setattr(self._since_last, name, getattr(self._since_last, name) + value)
+
+    def fault(self, cache: str, cause: str) -> None:
+        """An entry of `cache` refused on reading, for `cause` (cache_fault.py)."""
+        with self._lock:
+            faults = self._since_last.faults
+            faults[cache, cause] = faults.get((cache, cause), 0) + 1
+
+    def verified(self, seconds: float, nbytes: int) -> None:
+        """Time spent verifying `nbytes` of cache entries."""
+        with self._lock:
+            self._since_last.verify_seconds += seconds
+            self._since_last.verified_bytes += nbytes
 
     def set_disk_bytes(self, nbytes: int) -> None:
         with self._lock:
@@ -79,4 +105,4 @@ class SharedReadCounters:
             return delta
 
 
-__all__ = ["LEVELS", "TIERS", "ReadCounters", "SharedReadCounters"]
+__all__ = ["FAULT_CACHES", "LEVELS", "TIERS", "ReadCounters", "SharedReadCounters"]
