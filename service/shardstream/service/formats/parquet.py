@@ -1,10 +1,19 @@
-"""Parquet: a shard is a file, a unit a row group. The index is built from footers alone."""
+"""Parquet: a shard is a file, a unit a row group. The index is built from footers alone.
+
+The footers also say, per row group and column, how many nulls it holds (its
+statistics): the index keeps, for each column, the first row group holding a
+null and whether some row group has no such count (`ParquetLayout`), so a job
+that cannot take a null is refused at open without reading any data
+(transforms/nulls.py).
+"""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any
 
+import fsspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -25,8 +34,52 @@ log = logging.getLogger(__name__)
 SUFFIXES = (".parquet", ".parq", ".pq")
 
 
+@dataclass(frozen=True)
+class ParquetLayout:
+    """What a file's footer says of its nulls: (column, first row group whose statistics count a
+    null) for the columns that hold one, and the columns some row group has no null count for."""
+
+    first_nulls: tuple[tuple[str, int], ...] = ()
+    uncounted: tuple[str, ...] = ()
+
+    def first_null_row_group(self, column: str) -> int | None:
+        return dict(self.first_nulls).get(column)
+
+
+def null_layout(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetLayout | None:
+    """The footer's null counts per top-level column (a column's leaves: a list's values, a
+    struct's fields, all count for it). None when no column holds a null and all are counted."""
+    owners = [field.name for field in schema for _ in range(_leaves(field.type))]
+    if len(owners) != meta.num_columns:  # a schema Arrow reads differently: say nothing, the decoder checks
+        return ParquetLayout(uncounted=tuple(schema.names))
+    first: dict[str, int] = {}
+    uncounted: set[str] = set()
+    for rg in range(meta.num_row_groups):
+        group = meta.row_group(rg)
+        for leaf, owner in enumerate(owners):
+            stats = group.column(leaf).statistics
+            if stats is None or not stats.has_null_count:
+                uncounted.add(owner)
+            elif stats.null_count and owner not in first:
+                first[owner] = rg
+    if not first and not uncounted:
+        return None
+    return ParquetLayout(tuple(sorted(first.items())), tuple(sorted(uncounted)))
+
+
+def _leaves(kind: pa.DataType) -> int:
+    """How many Parquet columns (leaves) an Arrow type is stored as."""
+    if pa.types.is_struct(kind):
+        return sum(_leaves(kind.field(i).type) for i in range(kind.num_fields))
+    if pa.types.is_map(kind):
+        return _leaves(kind.key_type) + _leaves(kind.item_type)
+    if pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind):
+        return _leaves(kind.value_type)
+    return 1
+
+
 def read_shard(url: str) -> tuple[Shard, pa.Schema]:
-    """A shard's footer: size, rows, row groups, schema."""
+    """A shard's footer: size, rows, row groups, schema, nulls."""
     fs, path, size, version = stat_file(url, "shard")
     try:
         with fs.open(path, "rb") as f:
@@ -37,7 +90,8 @@ def read_shard(url: str) -> tuple[Shard, pa.Schema]:
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise UnreadableShard(f"shard {url!r} is not a readable Parquet file: {exc}") from None
     rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
-    return Shard(url=url, size=size, num_rows=meta.num_rows, row_group_rows=rows, version=version), schema
+    return Shard(url=url, size=size, num_rows=meta.num_rows, row_group_rows=rows, version=version,
+                 layout=null_layout(meta, schema)), schema
 
 
 def index_files(urls: list[str], columns: tuple[str, ...]) -> DatasetIndex:
@@ -72,6 +126,40 @@ class ParquetFormat:
                 unit, columns=list(columns) if columns is not None else None)
 
 
+def first_null_row(shard: Shard, row_group: int, column: str) -> str:
+    """Where the first null of `column` in row group `row_group` is, as "row R of URL": that one
+    column chunk is read (only to name the row of a refusal); the row group when it cannot be."""
+    start = sum(shard.row_group_rows[:row_group])
+    try:
+        fs, path = fsspec.core.url_to_fs(shard.url)
+        with fs.open(path, "rb") as f:
+            values = pq.ParquetFile(f).read_row_group(row_group, columns=[column]).column(0)
+        nulls = _rows_with_nulls(values.combine_chunks())
+        return f"row {start + int(nulls.index(True))} of {shard.url}"
+    except (OSError, ValueError, pa.ArrowException):
+        rows = shard.row_group_rows[row_group]
+        return f"rows {start}..{start + rows - 1} (row group {row_group}) of {shard.url}"
+
+
+def _rows_with_nulls(array: pa.Array) -> list[bool]:
+    """Whether each row is null or holds a null in its list."""
+    rows = array.is_null().to_pylist()
+    if pa.types.is_fixed_size_list(array.type):
+        width = array.type.list_size
+        inner = _rows_with_nulls(array.values.slice(array.offset * width, len(array) * width))
+        lengths = [width] * len(array)
+    elif pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+        inner = _rows_with_nulls(array.flatten())
+        lengths = array.value_lengths().fill_null(0).to_pylist()
+    else:
+        return rows
+    at = 0
+    for i, length in enumerate(lengths):
+        rows[i] = rows[i] or any(inner[at:at + length])
+        at += length
+    return rows
+
+
 def _footer(shard: Shard, storage: UnitStorage) -> pq.FileMetaData:
     """Read once per decoder and handed to Arrow afterwards."""
     try:
@@ -81,4 +169,4 @@ def _footer(shard: Shard, storage: UnitStorage) -> pq.FileMetaData:
         raise UnreadableShard(f"shard {shard.url!r} is not a readable Parquet file: {exc}") from None
 
 
-__all__ = ["SUFFIXES", "ParquetFormat", "index_files", "read_shard"]
+__all__ = ["SUFFIXES", "ParquetFormat", "ParquetLayout", "first_null_row", "index_files", "null_layout", "read_shard"]
