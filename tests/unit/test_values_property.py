@@ -227,7 +227,7 @@ def check_column(c: Column, oracle: pa.ChunkedArray, order: list[int], got: dict
         for g, w, n in zip(values.tolist(), rows, lengths, strict=True):
             for gv, wv in zip(g[:n], w or [], strict=True):
                 assert _same(gv, filler if wv is None else wv), (c.leaf, g, w)
-            assert all(gv == PAD for gv in g[n:])
+            assert all(gv == np.array(PAD).astype(values.dtype).item() for gv in g[n:])  # bool: True
 
 
 PAD = 7

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec, ShardstreamError
-from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader
+from shardstream.proto.wire import WIRE_DTYPES, Allocate, BatchFrame, FrameHeader
 from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex
@@ -157,7 +157,30 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         framed = _collate_framed(samples, header, used, replaced, allocate)
         if framed is not None:
             return framed
-    return DecodedBatch(arrays=collate_samples(samples, collation), indices=used, replaced=replaced)
+    try:
+        arrays = collate_samples(samples, collation)
+    except ShardstreamError:
+        raise
+    except (TypeError, ValueError) as exc:  # a value that cannot travel, shapes that differ
+        raise CorruptSample(f"the batch of samples {_first_and_last(job, used)} does not collate: "
+                            f"{_culprit(job, samples, used)}{type(exc).__name__}: {exc}") from None
+    return DecodedBatch(arrays=arrays, indices=used, replaced=replaced)
+
+
+def _culprit(job: DecodeJob, samples: list[dict[str, Any]], used: np.ndarray) -> str:
+    """The first sample holding a value that cannot travel, where it is ("" when none is)."""
+    for position, sample in enumerate(samples):
+        for key, value in sample.items():
+            if isinstance(value, str) or type(value).__module__ == "torch":
+                continue
+            try:
+                dtype = np.asarray(value).dtype.name
+            except (TypeError, ValueError):
+                dtype = type(value).__name__
+            if dtype not in WIRE_DTYPES:
+                index = int(used[position])
+                return f"sample {index} ({job.index.describe(index)}) gives {key!r} as {dtype}; "
+    return ""
 
 
 def _gather_columns(job: DecodeJob, pieces: list[Piece], indices: np.ndarray, header: FrameHeader | None,
