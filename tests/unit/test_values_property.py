@@ -278,6 +278,8 @@ def run(cols: list[Column], row_groups: list[int], masks: bool, seed: int) -> No
          masks=False, seed=0)
 @example(data=([Column("c0", pa.array([True, None], pa.bool_()), "scalar", pa.bool_())], [1, 1]),
          masks=False, seed=0)
+@example(data=([Column("c0", pa.array([None], pa.int8()), "scalar", pa.int8())], [0, 1]),  # an empty group first
+         masks=False, seed=0)
 @example(data=([Column("c0", pa.array(["a", None, "a"], pa.string()).dictionary_encode(), "strings",
                        pa.string())], [3]), masks=True, seed=0)
 def test_batches_hold_what_pyarrow_reads(data: tuple[list[Column], list[int]], masks: bool, seed: int) -> None:

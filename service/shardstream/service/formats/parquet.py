@@ -9,6 +9,7 @@ that cannot take a null is refused at open without reading any data
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -46,25 +47,43 @@ class ParquetLayout:
         return dict(self.first_nulls).get(column)
 
 
-def null_layout(meta: pq.FileMetaData, schema: pa.Schema) -> ParquetLayout | None:
-    """The footer's null counts per top-level column (a column's leaves: a list's values, a
-    struct's fields, all count for it). None when no column holds a null and all are counted."""
+def null_layout(meta: pq.FileMetaData, schema: pa.Schema, columns: tuple[str, ...] = ()) -> ParquetLayout | None:
+    """The footer's null counts per top-level column of `columns` (all when empty) whose nulls a
+    batch may refuse (not floats': NaN; not variable lists': their counts include empty lists);
+    a column's leaves (a fixed-size list's values) count for it. Each column's counts are read
+    until its first null. None when no such column holds a null and all are counted."""
     owners = [field.name for field in schema for _ in range(_leaves(field.type))]
     if len(owners) != meta.num_columns:  # a schema Arrow reads differently: say nothing, the decoder checks
         return ParquetLayout(uncounted=tuple(schema.names))
+    wanted = {field.name for field in schema if (not columns or field.name in columns) and _counted(field.type)}
+    pending = [(leaf, owner) for leaf, owner in enumerate(owners) if owner in wanted]
     first: dict[str, int] = {}
     uncounted: set[str] = set()
     for rg in range(meta.num_row_groups):
+        if not pending:
+            break
         group = meta.row_group(rg)
-        for leaf, owner in enumerate(owners):
+        if not group.num_rows:
+            continue  # an empty row group counts nothing, and holds no null
+        for leaf, owner in pending:
             stats = group.column(leaf).statistics
             if stats is None or not stats.has_null_count:
                 uncounted.add(owner)
             elif stats.null_count and owner not in first:
                 first[owner] = rg
+        pending = [(leaf, owner) for leaf, owner in pending if owner not in first]
     if not first and not uncounted:
         return None
     return ParquetLayout(tuple(sorted(first.items())), tuple(sorted(uncounted)))
+
+
+def _counted(kind: pa.DataType) -> bool:
+    """Whether a footer's null count says something a batch needs of a column of this type."""
+    if pa.types.is_dictionary(kind):
+        kind = kind.value_type
+    if pa.types.is_fixed_size_list(kind):
+        kind = kind.value_type
+    return not (pa.types.is_floating(kind) or pa.types.is_list(kind) or pa.types.is_large_list(kind))
 
 
 def _leaves(kind: pa.DataType) -> int:
@@ -78,8 +97,8 @@ def _leaves(kind: pa.DataType) -> int:
     return 1
 
 
-def read_shard(url: str) -> tuple[Shard, pa.Schema]:
-    """A shard's footer: size, rows, row groups, schema, nulls."""
+def read_shard(url: str, columns: tuple[str, ...] = ()) -> tuple[Shard, pa.Schema]:
+    """A shard's footer: size, rows, row groups, schema, and the nulls of `columns` (all: empty)."""
     fs, path, size, version = stat_file(url, "shard")
     try:
         with fs.open(path, "rb") as f:
@@ -91,12 +110,12 @@ def read_shard(url: str) -> tuple[Shard, pa.Schema]:
         raise UnreadableShard(f"shard {url!r} is not a readable Parquet file: {exc}") from None
     rows = tuple(meta.row_group(i).num_rows for i in range(meta.num_row_groups))
     return Shard(url=url, size=size, num_rows=meta.num_rows, row_group_rows=rows, version=version,
-                 layout=null_layout(meta, schema)), schema
+                 layout=null_layout(meta, schema, columns)), schema
 
 
 def index_files(urls: list[str], columns: tuple[str, ...]) -> DatasetIndex:
     """Read every footer (in parallel) and check the schemas agree."""
-    results = in_parallel(read_shard, urls, "shards")
+    results = in_parallel(functools.partial(read_shard, columns=columns), urls, "shards")
     shards = tuple(shard for shard, _ in results)
     schemas = [check_columns(schema.remove_metadata(), columns, f"shard {url!r}")
                for (_, schema), url in zip(results, urls, strict=True)]
