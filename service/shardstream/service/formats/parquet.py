@@ -2,7 +2,7 @@
 
 The footers also say, per row group and column, how many nulls it holds (its
 statistics): the index keeps, for each column, the first row group holding a
-null and whether some row group has no such count (`ParquetLayout`), so a job
+null (`ParquetLayout`), so a job
 that cannot take a null is refused at open without reading any data
 (transforms/nulls.py).
 """
@@ -38,10 +38,10 @@ SUFFIXES = (".parquet", ".parq", ".pq")
 @dataclass(frozen=True)
 class ParquetLayout:
     """What a file's footer says of its nulls: (column, first row group whose statistics count a
-    null) for the columns that hold one, and the columns some row group has no null count for."""
+    null) for the columns that hold one. A row group without a count says nothing: the decoder
+    finds its nulls."""
 
     first_nulls: tuple[tuple[str, int], ...] = ()
-    uncounted: tuple[str, ...] = ()
 
     def first_null_row_group(self, column: str) -> int | None:
         return dict(self.first_nulls).get(column)
@@ -51,14 +51,13 @@ def null_layout(meta: pq.FileMetaData, schema: pa.Schema, columns: tuple[str, ..
     """The footer's null counts per top-level column of `columns` (all when empty) whose nulls a
     batch may refuse (not floats': NaN; not variable lists': their counts include empty lists);
     a column's leaves (a fixed-size list's values) count for it. Each column's counts are read
-    until its first null. None when no such column holds a null and all are counted."""
+    until its first null. None when the footer counts no null of such a column."""
     owners = [field.name for field in schema for _ in range(_leaves(field.type))]
     if len(owners) != meta.num_columns:  # a schema Arrow reads differently: say nothing, the decoder checks
-        return ParquetLayout(uncounted=tuple(schema.names))
+        return None
     wanted = {field.name for field in schema if (not columns or field.name in columns) and _counted(field.type)}
     pending = [(leaf, owner) for leaf, owner in enumerate(owners) if owner in wanted]
     first: dict[str, int] = {}
-    uncounted: set[str] = set()
     for rg in range(meta.num_row_groups):
         if not pending:
             break
@@ -67,14 +66,10 @@ def null_layout(meta: pq.FileMetaData, schema: pa.Schema, columns: tuple[str, ..
             continue  # an empty row group counts nothing, and holds no null
         for leaf, owner in pending:
             stats = group.column(leaf).statistics
-            if stats is None or not stats.has_null_count:
-                uncounted.add(owner)
-            elif stats.null_count and owner not in first:
+            if stats is not None and stats.has_null_count and stats.null_count and owner not in first:
                 first[owner] = rg
         pending = [(leaf, owner) for leaf, owner in pending if owner not in first]
-    if not first and not uncounted:
-        return None
-    return ParquetLayout(tuple(sorted(first.items())), tuple(sorted(uncounted)))
+    return ParquetLayout(tuple(sorted(first.items()))) if first else None
 
 
 def _counted(kind: pa.DataType) -> bool:
