@@ -109,7 +109,7 @@ class RemoteLoader:
         nulls: what a null in a column delivered without a transform becomes (docs/formats.md,
             "Values and dtypes"). None or ``"refuse"`` (default): a column of integers, bools,
             timestamps, strings or lists that holds a null is refused when the job opens
-            (SchemaMismatch naming file, column and row); floats' nulls arrive as NaN, as
+            (InvalidJobSpec naming file, column and row); floats' nulls arrive as NaN, as
             pyarrow's ``to_numpy`` gives them. ``"mask"``: every column is delivered, a null as
             0, False, ``""`` or an empty list, with a bool ``<column>_mask`` tensor [B] that is
             True where the row holds a value; values are never converted to float.
