@@ -77,3 +77,16 @@ def test_usage_errors_exit_2() -> None:
         result = run(*args)
         assert result.returncode == 2, (args, result.stderr)
         assert "usage: shardstream validate" in result.stderr
+
+
+def test_an_integer_null_exits_1_naming_file_column_and_row_and_passes_with_nulls_mask(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"idx": pa.array([0, 1, 2, None, 4], pa.int64())}), tmp_path / "a.parquet",
+                   row_group_size=2)
+    result = run(str(tmp_path))
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert f"column 'idx' (int64) holds a null at row 3 of file://{tmp_path}/a.parquet" in result.stdout
+    masked = run(str(tmp_path), "--nulls", "mask")
+    assert masked.returncode == 0, masked.stdout + masked.stderr

@@ -191,3 +191,21 @@ def test_a_transform_with_its_own_collate_is_left_for_the_batch_server_to_frame(
     batch = decode_batch(job, memory_reader(job.index), _OwnCollate(), 0, np.array([1, 2], dtype=np.int64),
                          FrameHeader(0, 0, 0))
     assert batch.message is None and batch.arrays["x"].shape == (4,)
+
+
+class _ObjectAtSeven:
+    """Sample 7 gives a value no tensor holds (a list of mixed things: numpy's object dtype)."""
+
+    def prepare(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"x": np.array([row["idx"], None] if row["idx"] == 7 else [row["idx"], 0], dtype=object
+                              if row["idx"] == 7 else np.int64)}
+
+
+@pytest.mark.parametrize("framed", [False, True])
+def test_a_value_that_cannot_travel_fails_its_batch_naming_the_sample_file_and_row(
+        columns_index: DatasetIndex, framed: bool) -> None:
+    job, indices = _job(columns_index), np.array([6, 7, 8], dtype=np.int64)
+    header = FrameHeader(0, 0, 0) if framed else None
+    with pytest.raises(CorruptSample, match=rf"sample 7 \(row 2 of {columns_index.shards[2].url}\) gives 'x' as "
+                                            "object.*cannot travel"):
+        decode_batch(job, memory_reader(job.index), _ObjectAtSeven(), 0, indices, header)

@@ -112,6 +112,7 @@ def test_fingerprint_is_stable_and_short() -> None:
     ("transform_args", '{"size":8}'),
     ("columns", ("a",)),
     ("on_corrupt", "skip"),
+    ("nulls", "mask"),
 ])
 def test_fingerprint_and_differences_see_every_field(name: str, value: Any) -> None:
     base = make()
@@ -130,3 +131,32 @@ def test_no_differences_between_equal_specs() -> None:
 def test_differences_list_every_differing_field() -> None:
     diffs = make().differences(make(batch_size=8, seed=9))
     assert [d.split(":")[0] for d in diffs] == ["batch_size", "seed"]
+
+
+def test_nulls_travel_from_the_client_and_are_checked() -> None:
+    from shardstream.client.job_spec import job_spec
+
+    options: dict[str, Any] = dict(batch_size=4, shuffle=True, seed=1, drop_last=False, world_size=2,
+                                   shuffle_block=None, transform=None, transform_args=None, columns=None,
+                                   on_corrupt="fail", format=None, format_args=None, seq_len=None, dtype=None,
+                                   url_column=None, collate=None, pad_value=0.0, weights=None, bucket_by=None,
+                                   bucket_window=64)
+    default = JobSpec.from_proto(job_spec("/data/a", **options))
+    assert default.nulls == "" and default == JobSpec.from_proto(job_spec("/data/a", nulls="refuse", **options))
+    assert default.fingerprint == make(world_size=2).fingerprint  # unset: the fingerprint jobs had before
+    assert JobSpec.from_proto(job_spec("/data/a", nulls="mask", **options)).nulls == "mask"
+    with pytest.raises(InvalidJobSpec, match="nulls must be 'refuse' or 'mask'"):
+        job_spec("/data/a", nulls="drop", **options)
+    with pytest.raises(InvalidJobSpec, match=r"nulls must be '' \(refuse\) or 'mask', got 'drop'"):
+        JobSpec.from_proto(pb.JobSpec(dataset=["/data/a"], batch_size=1, world_size=1, nulls="drop"))
+
+
+def test_the_manifest_lists_nulls_only_when_set() -> None:
+    import pyarrow as pa
+
+    from shardstream.service.dataset import DatasetIndex
+    from shardstream.service.reproducibility import job_manifest
+
+    index = DatasetIndex(shards=(), schema=pa.schema([]))
+    plain, masked = job_manifest(make(), index)["pipeline"], job_manifest(make(nulls="mask"), index)["pipeline"]
+    assert "nulls" not in plain and masked["nulls"] == "mask" and masked["hash"] != plain["hash"]

@@ -142,13 +142,25 @@ def test_an_unreadable_row_group_is_listed_and_the_rest_still_checked(tmp_path: 
     assert report.checked == 8 and report.units_read == 2 and not report.corrupt and not report.ok
 
 
-def test_without_a_transform_a_null_is_named_by_row(tmp_path: Path) -> None:
+def test_without_a_transform_an_integer_null_is_refused_at_open_naming_file_column_and_row(
+        tmp_path: Path) -> None:
     pq.write_table(pa.table({"idx": pa.array([0, 1, None, 3, 4, None], pa.int64())}), tmp_path / "a.parquet",
                    row_group_size=4)
     report = check(str(tmp_path), sample=None)
+    assert not report.ok and report.error is not None and report.error.startswith("InvalidJobSpec: ")
+    assert f"column 'idx' (int64) holds a null at row 2 of file://{tmp_path}/a.parquet" in report.error
+    masked = validate((str(tmp_path),), nulls="mask", sample=None, workers=1, progress=False)
+    assert masked.ok and masked.checked == 6
+
+
+def test_without_statistics_a_null_is_named_by_row(tmp_path: Path) -> None:
+    """A footer that counts no nulls says nothing at open: the batch holding one is refused."""
+    pq.write_table(pa.table({"idx": pa.array([0, 1, None, 3, 4, None], pa.int64())}), tmp_path / "a.parquet",
+                   row_group_size=4, write_statistics=False)
+    report = check(str(tmp_path), sample=None)
     assert [(b.index, b.where) for b in report.corrupt] == [(2, f"row 2 of file://{tmp_path}/a.parquet"),
                                                          (5, f"row 5 of file://{tmp_path}/a.parquet")]
-    assert all("null" in b.error for b in report.corrupt) and report.checked == 6
+    assert all("column 'idx' holds a null" in b.error for b in report.corrupt) and report.checked == 6
 
 
 class Ragged:

@@ -120,8 +120,7 @@ def test_parsed_tensor_is_a_read_only_view_without_copy() -> None:
     assert not back.flags.owndata
 
 
-@pytest.mark.parametrize("dtype", [object, np.complex64, np.complex128, np.uint16, np.uint32,
-                                   np.uint64, "U3", "datetime64[s]"], ids=str)
+@pytest.mark.parametrize("dtype", [object, np.complex64, np.complex128, "U3", "datetime64[s]"], ids=str)
 def test_unsupported_dtypes_are_refused_on_encode(dtype: object) -> None:
     with pytest.raises(TypeError, match="'bad'"):
         encode_batch(0, 0, 0, {"bad": np.zeros(2, dtype=dtype)}, np.array([], np.int64))  # type: ignore[call-overload]
@@ -168,7 +167,7 @@ def test_a_frame_of_big_endian_columns_travels_little_endian() -> None:
 
 def test_a_frame_refuses_dtypes_that_cannot_travel_and_repeated_names() -> None:
     with pytest.raises(TypeError, match="'bad'"):
-        BatchFrame(FrameHeader(0, 0, 0), [TensorSpec("bad", np.dtype(np.uint32), (2,))], np.array([], np.int64))
+        BatchFrame(FrameHeader(0, 0, 0), [TensorSpec("bad", np.dtype(np.complex64), (2,))], np.array([], np.int64))
     with pytest.raises(ValueError, match="repeat"):
         BatchFrame(FrameHeader(0, 0, 0), [TensorSpec("t", np.dtype(np.uint8), (2,))] * 2, np.array([], np.int64))
 

@@ -107,6 +107,13 @@ class RemoteLoader:
             The samples a rank sees stay exactly DistributedSampler's; less padding with
             ``collate="pad"`` (docs/order-modes.md).
         bucket_window: batches per bucketing window.
+        nulls: what a null in a column delivered without a transform becomes (docs/formats.md,
+            "Values and dtypes"). None or ``"refuse"`` (default): a column of integers, bools,
+            timestamps, strings or lists that holds a null is refused when the job opens
+            (InvalidJobSpec naming file, column and row); floats' nulls arrive as NaN, as
+            pyarrow's ``to_numpy`` gives them. ``"mask"``: every column is delivered, a null as
+            0, False, ``""`` or an empty list, with a bool ``<column>_mask`` tensor [B] that is
+            True where the row holds a value; values are never converted to float.
         tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
             SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
         shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
@@ -160,6 +167,7 @@ class RemoteLoader:
         weights: str | None = None,
         bucket_by: str | None = None,
         bucket_window: int = 64,
+        nulls: Literal["refuse", "mask"] | None = None,
         priority: str | None = None,
         token: str | None = None,
         token_file: str | None = None,
@@ -187,7 +195,8 @@ class RemoteLoader:
             world_size=self.world_size, shuffle_block=shuffle_block, transform=transform,
             transform_args=transform_args, columns=columns, on_corrupt=on_corrupt, format=format,
             format_args=format_args, seq_len=seq_len, dtype=dtype, url_column=url_column, collate=collate,
-            pad_value=pad_value, weights=weights, bucket_by=bucket_by, bucket_window=bucket_window)
+            pad_value=pad_value, weights=weights, bucket_by=bucket_by, bucket_window=bucket_window,
+            nulls=nulls)
         self.job_name = (job_name if job_name is not None
                          else default_job_name(next(_LOADERS_CREATED), self.world_size))
         self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout

@@ -34,6 +34,9 @@ TORCH_DTYPES: dict[str, torch.dtype] = {
     "int16": torch.int16,
     "int32": torch.int32,
     "int64": torch.int64,
+    "uint16": torch.uint16,  # torch's unsigned types beyond uint8 hold values; few ops take them
+    "uint32": torch.uint32,
+    "uint64": torch.uint64,
     "float16": torch.float16,
     "float32": torch.float32,
     "float64": torch.float64,

@@ -52,7 +52,8 @@ from shardstream.proto.wire_values import (
 from shardstream.proto.writable_bytes import writable_bytes
 
 # numpy dtype names that travel; the client maps each to the torch dtype of the same layout.
-WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "float32", "float64")
+WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "uint32", "uint64", "float16", "float32",
+               "float64")
 # Two more travel as a WireTensor (wire_values.py): strings and bfloat16.
 
 # Field numbers of Batch and Tensor in loader.proto.

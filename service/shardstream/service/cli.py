@@ -64,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate.add_argument("--columns", default="", metavar="A,B", help="the columns a job would select")
     validate.add_argument("--collate", default="", help="pad, or package.module:function (as the job's collate=)")
     validate.add_argument("--pad-value", type=float, default=0.0, help="what --collate pad fills with")
+    validate.add_argument("--nulls", default="", choices=("", "refuse", "mask"),
+                          help="as the job's nulls=: refuse (default) or mask (docs/formats.md)")
     how_many = validate.add_mutually_exclusive_group()
     how_many.add_argument("--sample", type=int, default=64, metavar="K",
                           help="decode K samples spread over the dataset (default 64)")
@@ -148,7 +150,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         report = validate.validate(
             tuple(args.dataset), format=args.format, format_args=format_args, transform=args.transform,
             transform_args=transform_args, columns=tuple(c.strip() for c in args.columns.split(",") if c.strip()),
-            collate=args.collate, pad_value=args.pad_value,
+            collate=args.collate, pad_value=args.pad_value, nulls="" if args.nulls == "refuse" else args.nulls,
             sample=None if args.full else args.sample, workers=args.workers)
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

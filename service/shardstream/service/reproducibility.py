@@ -41,6 +41,8 @@ def job_manifest(spec: JobSpec, index: DatasetIndex) -> dict[str, Any]:
         "on_corrupt": spec.on_corrupt,
         "code": {name: code_identity(name) for name in (spec.transform, spec.collate) if ":" in name},
     }
+    if spec.nulls:  # only when set: the pipeline hash of jobs without it stays as it was
+        pipeline["nulls"] = spec.nulls
     pipeline["hash"] = hashlib.sha256(json.dumps(pipeline, sort_keys=True).encode()).hexdigest()[:16]
     return {
         "version": MANIFEST_VERSION,

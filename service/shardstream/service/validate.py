@@ -67,11 +67,12 @@ CHUNK_SAMPLES = 32  # samples one task runs through a transform
 
 def validate(dataset: tuple[str, ...], *, format: str = "", format_args: dict[str, Any] | None = None,
              transform: str = "", transform_args: dict[str, Any] | None = None,
-             columns: tuple[str, ...] = (), collate: str = "", pad_value: float = 0.0,
+             columns: tuple[str, ...] = (), collate: str = "", pad_value: float = 0.0, nulls: str = "",
              sample: int | None = DEFAULT_SAMPLE, workers: int | None = None,
              progress: bool | None = None) -> ValidationReport:
     """Open `dataset` as a job would and decode `sample` of its samples (None: all of them) on
-    `workers` threads. `progress`: a progress bar on stderr (None: only on a terminal)."""
+    `workers` threads. `progress`: a progress bar on stderr (None: only on a terminal). `nulls`: as
+    the job's ("" refuses nulls a column's tensor cannot hold, "mask" delivers them with masks)."""
     if sample is not None and sample < 1:
         raise ValueError(f"sample must be at least 1, got {sample}")
     transform_args = dict(transform_args or {})
@@ -81,7 +82,7 @@ def validate(dataset: tuple[str, ...], *, format: str = "", format_args: dict[st
         collation = build_collation(collate, pad_value, _own_module(collate))
         index = index_dataset(dataset, columns, format=format,
                               format_args=job_format_args(format, format_args, transform_args))
-        check_job_schema(index.schema, built, collate)
+        check_job_schema(index.schema, built, collate, index, nulls)
     except Exception as exc:  # whatever OpenJob would refuse the job with
         report.error = _describe(exc)
         return report
@@ -96,7 +97,7 @@ def validate(dataset: tuple[str, ...], *, format: str = "", format_args: dict[st
     # A transform runs sample by sample: a large unit's samples are spread over the workers. Plain
     # columns are gathered a unit at a time, vectorised, as a decoder gathers a batch.
     chunk = CHUNK_SAMPLES if built is not None else None
-    _Checker(index, list(columns) or None, built, collation).run(_tasks(index, chosen, chunk), total, report,
+    _Checker(index, list(columns) or None, built, collation, nulls).run(_tasks(index, chosen, chunk), total, report,
                                                        workers or os.cpu_count() or 1, progress)
     return report
 
@@ -236,7 +237,7 @@ class _Checker:
     """Reads units and decodes samples as a decoder does, on a pool of threads."""
 
     def __init__(self, index: DatasetIndex, columns: list[str] | None,
-                 transform: SampleTransform | None, collation: Collation) -> None:
+                 transform: SampleTransform | None, collation: Collation, nulls: str = "") -> None:
         self.index = index
         self.columns = columns
         self.transform = transform
@@ -244,7 +245,8 @@ class _Checker:
         self.reader = ShardReader(index, columns, self.units)
         self.job = DecodeJob(job_id="validate", index=index, columns=tuple(columns or ()), transform="",
                              transform_args={}, allowed_transform_modules=(), seed=AUGMENT_SEED,
-                             on_corrupt="fail", collate=collation.name, pad_value=collation.pad_value)
+                             on_corrupt="fail", collate=collation.name, pad_value=collation.pad_value,
+                             nulls=nulls)
         self.collation = collation
         # Samples must stack into a batch, unless they are padded or collated by a function.
         self.check_shapes = (transform is not None and getattr(transform, "collate", None) is None

@@ -205,7 +205,7 @@ class JobRegistry:
                               format_args=job_format_args(spec.format, spec.format_args, spec.transform_kwargs))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         selected = [f for f in index.schema if not spec.columns or f.name in spec.columns]  # not the plan's
-        check_job_schema(pa.schema(selected), transform, spec.collate)
+        check_job_schema(pa.schema(selected), transform, spec.collate, index, spec.nulls)
         # Stable across restarts; an owner's jobs are its own (the same name under another is another job).
         key = f"{owner}\0{name}\0{spec.fingerprint}" if owner else f"{name}\0{spec.fingerprint}"
         job_id = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -221,7 +221,7 @@ class JobRegistry:
                            seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
                            collate=spec.collate, pad_value=spec.pad_value,
                            weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes,
-                           owner=owner)
+                           owner=owner, nulls=spec.nulls)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
                    manifest=job_manifest(spec, index), priority=priority, owner=owner)
 

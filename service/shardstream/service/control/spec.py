@@ -16,6 +16,7 @@ from shardstream.proto.errors import InvalidJobSpec
 from shardstream.proto.v1 import loader_pb2 as pb
 
 CORRUPT_POLICIES = {pb.CORRUPT_POLICY_FAIL: "fail", pb.CORRUPT_POLICY_SKIP: "skip"}
+NULLS = ("", "mask")  # docs/formats.md, "Values and dtypes"
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class JobSpec:
     weights: str = ""  # a column of per-sample weights: weighted sampling (per_sample.py)
     bucket_by: str = ""  # a column of lengths: batches of similar length (plan.py)
     bucket_window: int = 0  # in batches
+    nulls: str = ""  # "": refuse nulls a plain column cannot hold, "mask": deliver them with <column>_mask
 
     def __post_init__(self) -> None:
         if not self.dataset or any(not d for d in self.dataset):
@@ -60,6 +62,8 @@ class JobSpec:
             raise InvalidJobSpec("bucket_window needs bucket_by, the column that gives each sample's length")
         if not math.isfinite(self.pad_value):
             raise InvalidJobSpec(f"pad_value must be a finite number, got {self.pad_value}")
+        if self.nulls not in NULLS:
+            raise InvalidJobSpec(f"nulls must be '' (refuse) or 'mask', got {self.nulls!r}")
         if len(set(self.columns)) != len(self.columns):
             raise InvalidJobSpec(f"columns has duplicates: {list(self.columns)}")
 
@@ -86,6 +90,7 @@ class JobSpec:
             weights=msg.weights,
             bucket_by=msg.bucket_by,
             bucket_window=msg.bucket_window,
+            nulls=msg.nulls,
         )
 
     @property
@@ -96,7 +101,7 @@ class JobSpec:
     def fingerprint(self) -> str:
         fields_ = asdict(self)
         later = (("shuffle_block", 0), ("format", ""), ("format_args", "{}"), ("collate", ""), ("pad_value", 0.0),
-                 ("weights", ""), ("bucket_by", ""), ("bucket_window", 0))
+                 ("weights", ""), ("bucket_by", ""), ("bucket_window", 0), ("nulls", ""))
         for name, default in later:
             if fields_[name] == default:  # the fingerprint jobs had before these fields
                 del fields_[name]

@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardstream.proto.errors import CorruptSample
-from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader
+from shardstream.proto.errors import CorruptSample, InvalidJobSpec, ShardstreamError
+from shardstream.proto.wire import WIRE_DTYPES, Allocate, BatchFrame, FrameHeader
 from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex
@@ -33,16 +33,22 @@ from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import Piece, ShardReader
 from shardstream.service.plan import SamplingSpec
-from shardstream.service.transforms import SampleTransform, collate, sample_rng
-from shardstream.service.transforms.base import collated_specs
+from shardstream.service.transforms import (  # not `collate`: that name is a module too
+    SampleTransform,
+    sample_rng,
+)
+from shardstream.service.transforms.base import collate, collated_specs
 from shardstream.service.transforms.collate import PAD, Collation, collate_samples, to_wire
 from shardstream.service.transforms.columns import (
+    BadValue,
     check_schema,
     column_specs,
     gather_arrays,
     gather_variable,
     variable_columns,
 )
+from shardstream.service.transforms.nulls import MASK, check_nulls
+from shardstream.service.transforms.values import mask_name
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +78,7 @@ class DecodeJob:
     weight: float = 1.0  # its share of each decode actor's time (its priority class; fair_queue.py)
     owner: str = ""  # the identity that opened it: only that identity's streams get its batches
     max_cache_bytes: int | None = None  # prepared samples it may keep from each actor (prepared_cache.py)
+    nulls: str = ""  # "mask": plain columns deliver nulls with <column>_mask (transforms/columns.py)
 
 
 @dataclass
@@ -107,15 +114,16 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                     raise _corrupt(job, index, exc) from None
             return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
         pieces = reader.pieces(indices)
-        variable = variable_columns(pieces[0].table.schema) if pieces else []
-        if variable:  # strings, lists: sized as they are gathered, so framed by the batch server
-            return DecodedBatch(arrays=_gather_with_variable(pieces, len(indices), variable, collation),
-                                indices=np.asarray(indices))
-        if header is None:
-            return DecodedBatch(arrays=gather_arrays(pieces, len(indices)), indices=np.asarray(indices))
-        frame = BatchFrame(header, column_specs(pieces, len(indices)), np.asarray(indices), 0, allocate)
-        return DecodedBatch(arrays=gather_arrays(pieces, len(indices), out=frame.arrays),
-                            indices=np.asarray(indices), message=frame.message)
+        try:
+            return _gather_columns(job, pieces, indices, header, allocate, collation)
+        except ShardstreamError:
+            raise
+        except BadValue as exc:
+            index = int(indices[exc.position])
+            raise CorruptSample(f"sample {index} ({job.index.describe(index)}): {exc}") from None
+        except (pa.ArrowException, TypeError, ValueError) as exc:  # named here, whatever it was
+            raise CorruptSample(f"the batch of samples {_first_and_last(job, indices)} cannot be gathered: "
+                                f"{type(exc).__name__}: {exc}") from None
     used = np.array(indices, dtype=np.int64, copy=True)
     prepared = _cached(prepared_samples, used)
     missing = [position for position in range(len(used)) if position not in prepared]
@@ -149,22 +157,69 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         framed = _collate_framed(samples, header, used, replaced, allocate)
         if framed is not None:
             return framed
-    return DecodedBatch(arrays=collate_samples(samples, collation), indices=used, replaced=replaced)
+    try:
+        arrays = collate_samples(samples, collation)
+    except ShardstreamError:
+        raise
+    except (TypeError, ValueError) as exc:  # a value that cannot travel, shapes that differ
+        raise CorruptSample(f"the batch of samples {_first_and_last(job, used)} does not collate: "
+                            f"{_culprit(job, samples, used)}{type(exc).__name__}: {exc}") from None
+    return DecodedBatch(arrays=arrays, indices=used, replaced=replaced)
+
+
+def _culprit(job: DecodeJob, samples: list[dict[str, Any]], used: np.ndarray) -> str:
+    """The first sample holding a value that cannot travel, where it is ("" when none is)."""
+    for position, sample in enumerate(samples):
+        for key, value in sample.items():
+            if isinstance(value, str) or type(value).__module__ == "torch":
+                continue
+            try:
+                dtype = np.asarray(value).dtype.name
+            except (TypeError, ValueError):
+                dtype = type(value).__name__
+            if dtype not in WIRE_DTYPES:
+                index = int(used[position])
+                return f"sample {index} ({job.index.describe(index)}) gives {key!r} as {dtype}; "
+    return ""
+
+
+def _gather_columns(job: DecodeJob, pieces: list[Piece], indices: np.ndarray, header: FrameHeader | None,
+                    allocate: Allocate, collation: Collation) -> DecodedBatch:
+    """No transform: the columns gathered into batch arrays (into the message of `header` when
+    every column's size is known ahead)."""
+    masks = job.nulls == MASK
+    variable = variable_columns(pieces[0].table.schema) if pieces else []
+    if variable:  # strings, lists: sized as they are gathered, so framed by the batch server
+        return DecodedBatch(arrays=_gather_with_variable(pieces, len(indices), variable, collation, masks),
+                            indices=np.asarray(indices))
+    if header is None:
+        return DecodedBatch(arrays=gather_arrays(pieces, len(indices), masks=masks), indices=np.asarray(indices))
+    specs = column_specs(pieces[0].table.schema, len(indices), masks)
+    frame = BatchFrame(header, specs, np.asarray(indices), 0, allocate)
+    return DecodedBatch(arrays=gather_arrays(pieces, len(indices), out=frame.arrays, masks=masks),
+                        indices=np.asarray(indices), message=frame.message)
+
+
+def _first_and_last(job: DecodeJob, indices: np.ndarray) -> str:
+    """The batch's first and last samples, where they are."""
+    first, last = int(indices[0]), int(indices[-1])
+    if first == last:
+        return f"{first} ({job.index.describe(first)})"
+    return f"{first} ({job.index.describe(first)}) .. {last} ({job.index.describe(last)})"
 
 
 def _gather_with_variable(pieces: list[Piece], count: int, variable: list[str],
-                          collation: Collation) -> dict[str, np.ndarray | WireTensor]:
-    """Every column in schema order: fixed ones gathered, variable ones (and their lengths) after."""
-    fixed = gather_arrays(pieces, count)
-    gathered = gather_variable(pieces, count, variable, collation.pad_value)
+                          collation: Collation, masks: bool) -> dict[str, np.ndarray | WireTensor]:
+    """Every column in schema order: fixed ones gathered, variable ones (and their lengths) after;
+    each one's mask after it."""
+    fixed = gather_arrays(pieces, count, masks=masks)
+    gathered = gather_variable(pieces, count, variable, collation.pad_value, masks)
     out: dict[str, np.ndarray | WireTensor] = {}
     for name in pieces[0].table.column_names:
-        if name in fixed:
-            out[name] = fixed[name]
-        elif name in gathered:
-            out[name] = gathered[name]
-            if f"{name}_lengths" in gathered:
-                out[f"{name}_lengths"] = gathered[f"{name}_lengths"]
+        found = fixed if name in fixed else gathered
+        for key in (name, f"{name}_lengths", mask_name(name)):
+            if key in found:
+                out[key] = found[key]
     return out
 
 
@@ -248,11 +303,19 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     )
 
 
-def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, collate: str = "") -> None:
-    """Refuse at open time what could never collate, instead of mid-epoch."""
+def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, collate: str = "",
+                     index: DatasetIndex | None = None, nulls: str = "") -> None:
+    """Refuse at open time what could never collate, instead of mid-epoch: a column no tensor
+    holds, and (given the `index`) nulls its tensor has no place for (transforms/nulls.py)."""
+    plain = transform is None and collate in ("", PAD)  # a user collate takes whatever the rows hold
+    if nulls == MASK and not plain:
+        raise InvalidJobSpec("nulls='mask' is for columns delivered without a transform or a user collate, "
+                             "which are given the rows' nulls (None) themselves")
     if transform is None:
-        if collate in ("", PAD):  # a user collate takes whatever the rows hold
+        if plain:
             check_schema(schema, pads=collate == PAD)
+            if index is not None:
+                check_nulls(index, schema, nulls)
         return
     check = getattr(transform, "check_schema", None)
     if check is not None:
