@@ -206,9 +206,16 @@ class PlanCache:
                 del self._plans[key]
 
 
+# A rank's position, epoch * batches_per_rank + step + 1, is an int64 on the wire (GetStatus).
+POSITION_BOUND = 2**62
+
+
 def check_epoch_and_rank(sampling: SamplingSpec, epoch: int, rank: int) -> None:
     if epoch < 0:
         raise InvalidJobSpec(f"epoch must be >= 0, got {epoch}")
+    if (epoch + 1) * max(sampling.batches_per_rank, 1) >= POSITION_BOUND:
+        raise InvalidJobSpec(f"epoch {epoch} is past this job's last: epoch x batches per rank "
+                             f"({sampling.batches_per_rank}) must stay below 2**62")
     if not 0 <= rank < sampling.world_size:
         raise InvalidJobSpec(f"rank {rank} is outside world_size {sampling.world_size}")
 

@@ -129,7 +129,8 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         tls=TlsFiles.of(config))
     pool.on_refused = refusals.add  # what the decoders' batch servers refused
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
-    registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes),
+    registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes,
+                           protocols=config.dataset_protocols),
                            priority_weights(config.priority_classes), config.job_max_cache_bytes)
     pool.on_served = registry.record_served
     storage_calls = StorageCalls(config.max_abandoned_storage_calls)
