@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardstream.service.identities import IdentityTable
-from shardstream.service.limits import DATASET_PROTOCOLS, DEFAULT_LIMITS, RequestLimits
+from shardstream.service.limits import (
+    DATASET_PROTOCOLS,
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_JOBS,
+    RequestLimits,
+)
 from shardstream.service.settings import ENV_PREFIX, check_bounds, from_environment, setting
 from shardstream.service.shares import priority_weights
 
@@ -93,6 +98,10 @@ class ServiceConfig:
                                      "RESOURCE_EXHAUSTED)", minimum=1)
     # Request limits (limits.py; docs/architecture.md, "Limits"): a job or stream past one is refused
     # with INVALID_ARGUMENT naming the field, its value and the setting.
+    max_jobs: int = setting(
+        DEFAULT_MAX_JOBS, "the most jobs the service holds at once (each keeps its dataset's index, and its "
+        "per-sample weights or lengths, on the head and every decode actor); a new job past it is refused "
+        "with RESOURCE_EXHAUSTED until idle ones are forgotten (job_idle_ttl_s)", minimum=1)
     max_world_size: int = setting(
         DEFAULT_LIMITS.world_size, "the most ranks a job may have (world_size); what the service keeps per rank "
         "is small, but it keeps it for every rank that reports", minimum=1)

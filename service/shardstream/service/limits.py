@@ -36,6 +36,7 @@ class RequestLimits:
 
 
 DEFAULT_LIMITS = RequestLimits()
+DEFAULT_MAX_JOBS = 1_024  # jobs a service holds at once (its max_jobs setting; control/jobs.py)
 # The storage protocols the service reads datasets from, as fsspec names each first ("local" is
 # "file", "gcs" is "gs", "s3a" is "s3"): the default of its dataset_protocols setting (control/access.py).
 DATASET_PROTOCOLS = ("file", "gs", "s3")
@@ -65,4 +66,4 @@ def json_depth(text: str) -> int:
     return max(accumulate(steps), default=0)
 
 
-__all__ = ["DATASET_PROTOCOLS", "DEFAULT_LIMITS", "RequestLimits", "beyond", "check_at_most", "json_depth"]
+__all__ = ["DATASET_PROTOCOLS", "DEFAULT_LIMITS", "DEFAULT_MAX_JOBS", "RequestLimits", "beyond", "check_at_most", "json_depth"]

@@ -24,13 +24,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict, ShardstreamError
+from shardstream.proto.errors import (
+    InvalidJobSpec,
+    JobNotFound,
+    JobSpecConflict,
+    ShardstreamError,
+    TooManyJobs,
+)
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.open_errors import opening_error
 from shardstream.service.control.rate import RateMeter
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
+from shardstream.service.limits import DEFAULT_MAX_JOBS
 from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.per_sample import read_lengths, read_weights
@@ -142,11 +149,12 @@ def _both(first: Callable[[str], None], then: Callable[[str], None], url: str) -
 class JobRegistry:
     def __init__(self, allowed_transform_modules: tuple[str, ...],
                  access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None,
-                 max_cache_bytes: int | None = None) -> None:
+                 max_cache_bytes: int | None = None, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
         self.allowed_transform_modules = allowed_transform_modules
         self.access = access or DatasetAccess(())
         self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
         self.max_cache_bytes = max_cache_bytes  # per job, of each decode actor's prepared samples
+        self.max_jobs = max_jobs  # jobs held at once; a new one past it is refused (TooManyJobs)
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[tuple[str, str], Job] = {}  # (owner, name) -> the job
         self._opening: dict[tuple[str, str], list[Any]] = {}  # (owner, name) -> [its lock, holders]
@@ -187,6 +195,7 @@ class JobRegistry:
                 existing = self.find(name, spec, rank, priority, owner)
                 if existing is not None:
                     return existing
+                self._check_room(name)
                 try:
                     job = self._create(name, spec, priority or DEFAULT_CLASS, owner, allow)
                 except ShardstreamError:
@@ -205,6 +214,13 @@ class JobRegistry:
                  job.job_id, name, job.index.num_rows, job.sampling.batches_per_rank,
                  spec.world_size)
         return job
+
+    def _check_room(self, name: str) -> None:
+        with self._lock:
+            held = len(self._jobs)
+        if held >= self.max_jobs:
+            raise TooManyJobs(f"not opening job {name[:100]!r}: this service holds {held} jobs, its max_jobs "
+                              "setting; jobs with no open stream are forgotten after job_idle_ttl_s")
 
     def _create(self, name: str, spec: JobSpec, priority: str, owner: str = "",
                 allow: Callable[[str], None] | None = None) -> Job:
