@@ -5,6 +5,7 @@ value, the limit and the setting that raises it."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -110,3 +111,11 @@ def test_open_request_names_and_priority_are_bounded() -> None:
                     pb.OpenJobRequest(priority="p" * (L.name_chars + 1))):
         with pytest.raises(InvalidJobSpec, match="max_name_chars"):
             check_open_request(request, L)
+
+
+@pytest.mark.parametrize("text", ['"\\' * 21_845, '\\"' * 32_768, '"' + "a" * 65_535, "[" * 65_536])
+def test_counting_the_nesting_of_a_largest_text_is_linear(text: str) -> None:
+    """No backtracking on unterminated strings: a 64 KiB text is counted in milliseconds, not seconds."""
+    started = time.perf_counter()
+    json_depth(text)
+    assert time.perf_counter() - started < 0.5

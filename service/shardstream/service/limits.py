@@ -9,9 +9,7 @@ it is: docs/architecture.md, "Limits".
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from itertools import accumulate
 
 from shardstream.proto.errors import InvalidJobSpec
 
@@ -56,14 +54,28 @@ def check_at_most(field: str, value: int, limits: RequestLimits, name: str) -> N
         raise beyond(f"{field} {value:,}", limit, name)
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.DOTALL)
-
-
 def json_depth(text: str) -> int:
     """How deeply a JSON text's arrays and objects nest, counted without parsing it (a parser
-    recurses once per level). Brackets inside strings do not count."""
-    steps = (1 if c in "[{" else -1 for c in _JSON_STRING.sub("", text) if c in "[]{}")
-    return max(accumulate(steps), default=0)
+    recurses once per level), in one pass (no pattern that could backtrack). Brackets inside
+    strings do not count."""
+    depth = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c in "]}":
+            depth -= 1
+    return deepest
 
 
 __all__ = ["DATASET_PROTOCOLS", "DEFAULT_LIMITS", "DEFAULT_MAX_JOBS", "RequestLimits", "beyond", "check_at_most", "json_depth"]
