@@ -393,6 +393,7 @@ def test_every_numeric_field_at_its_extremes_is_refused_or_bounded(service: tupl
     pids = [os.getpid(), *(ray.get(actor.pid.remote(), timeout=30) for _, actor in running.pool.ready_actors())]
     decoders = running.pool.batch_addresses()
     Target.codes.clear()
+    Target.requests = 0
     with grpc.insecure_channel(service_address) as channel:
         open_job = channel.unary_unary(f"/{SERVICE_NAME}/OpenJob", request_serializer=pb.OpenJobRequest.SerializeToString,
                                        response_deserializer=pb.OpenJobResponse.FromString)
