@@ -6,6 +6,9 @@ is refused with UNAUTHENTICATED and only that, and the service goes on serving a
 
 from __future__ import annotations
 
+import json
+import logging
+import os
 import re
 import threading
 import time
@@ -13,7 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import grpc
+import psutil
 import pytest
+import ray
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
@@ -279,3 +284,207 @@ def test_malformed_authorization_metadata_is_unauthenticated(auth_service: tuple
     assert sum(totals.values()) == refused, totals
     assert {who for who, _ in totals} == {"unknown"}
     assert {why for _, why in totals} <= {"no_token", "malformed", "unknown_token"}
+
+
+# ---------------------------------------------------------------- every numeric field at its extremes
+
+INT32 = [0, -1, 1, 2**31 - 1, -(2**31)]
+INT64 = [*INT32, 2**63 - 1, -(2**63)]
+UINT32 = [0, 1, 2**32 - 1]
+FLOATS = [0.0, -1.0, 1e308, float("inf"), float("-inf"), float("nan")]
+RSS_GROWTH_BOUND = 200 * 2**20
+log = logging.getLogger(__name__)
+
+
+def edges(*values: int) -> st.SearchStrategy[int]:
+    """A field's extremes and its limit's neighbours."""
+    return st.sampled_from(sorted({v + d for v in values for d in (-1, 0, 1)}))
+
+
+LIMITS = ServiceConfig().request_limits
+INT64S, INT32S = st.sampled_from(INT64), st.sampled_from(INT32)
+json_ints = st.sampled_from([*INT64, 2**64, LIMITS.seq_len + 1, LIMITS.image_side + 1])
+# Each field a request may push to its extremes, and what to push it to; the rest of the request
+# stays valid, so each extreme reaches as deep as it can.
+SPEC_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "batch_size": INT64S | edges(LIMITS.batch_size), "seed": INT64S,
+    "world_size": INT32S | edges(LIMITS.world_size), "on_corrupt": st.sampled_from([*INT32, 2]),
+    "shuffle_block": INT64S | edges(LIMITS.shuffle_block), "pad_value": st.sampled_from(FLOATS),
+    "bucket_window": INT64S | edges(LIMITS.bucket_window), "size": json_ints | edges(LIMITS.image_side),
+    "seq_len": json_ints | edges(LIMITS.seq_len),
+}
+OPEN_FIELDS: dict[str, st.SearchStrategy[Any]] = {"protocol_version": st.sampled_from(UINT32), "rank": INT32S}
+FETCH_FIELDS: dict[str, st.SearchStrategy[Any]] = {
+    "open.protocol_version": st.sampled_from(UINT32), "open.epoch": INT64S | edges(LIMITS.epoch),
+    "open.rank": INT32S | edges(LIMITS.world_size), "want.step": INT64S, "want.max_bytes": INT64S,
+    "want.data_stall": st.sampled_from(FLOATS),
+}
+FIELDS = [*SPEC_FIELDS, *OPEN_FIELDS, *FETCH_FIELDS]
+
+
+def numeric_request(data: str, pushed: dict[str, Any], mode: str) -> pb.OpenJobRequest:
+    """A valid OpenJob of `data` in order `mode`, with the `pushed` fields set to their values."""
+    spec = pb.JobSpec(dataset=[data], batch_size=3, world_size=2, shuffle=True, seed=5,
+                      shuffle_block=4 if mode == "block" else 0, weights="y" if mode == "weights" else "",
+                      bucket_by="idx" if mode == "bucket" else "", bucket_window=2 if mode == "bucket" else 0)
+    request = pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, rank=1, spec=spec)
+    spec = request.spec  # the request's own copy
+    for name, value in pushed.items():
+        if name == "size":
+            spec.transform.name, spec.transform.args_json = "image", json.dumps({"size": value})
+        elif name == "seq_len":
+            spec.format, spec.format_args_json = "tokens", json.dumps({"seq_len": value})
+        elif name in SPEC_FIELDS:
+            if name == "bucket_window" and not spec.bucket_by:
+                spec.bucket_by = "idx"
+            setattr(spec, name, value)
+        elif name in OPEN_FIELDS:
+            setattr(request, name, value)
+    return request
+
+
+def numeric_fetch(pushed: dict[str, Any]) -> tuple[pb.FetchOpen, pb.Want]:
+    opened, want = pb.FetchOpen(protocol_version=PROTOCOL_VERSION, epoch=1, rank=1), pb.Want(step=0)
+    for name, value in pushed.items():
+        if name.startswith(("open.", "want.")):
+            kind, field_name = name.split(".")
+            setattr(opened if kind == "open" else want, field_name, value)
+    return opened, want
+
+
+TYPED_CODES = ALLOWED - {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.CANCELLED}
+
+
+def typed(code: grpc.StatusCode, details: str | None, trailing: Any) -> None:
+    """A status the service chose: one of ALLOWED, with a message and, for its own, the class."""
+    record(code, details)
+    if code in TYPED_CODES:
+        assert dict(trailing or ()).get(ERROR_METADATA_KEY), f"{code}: {details} carries no error class"
+
+
+def rss(pids: list[int]) -> list[int]:
+    return [psutil.Process(pid).memory_info().rss for pid in pids]
+
+
+def reset_peaks(pids: list[int]) -> None:
+    """Start each process's peak resident size (VmHWM) afresh: what is freed again still counts."""
+    for pid in pids:
+        with open(f"/proc/{pid}/clear_refs", "w") as clear:
+            clear.write("5")
+
+
+def peaks(pids: list[int]) -> list[int]:
+    """Each process's peak resident size since reset_peaks, bytes."""
+    found = []
+    for pid in pids:
+        with open(f"/proc/{pid}/status") as status:
+            found += [int(line.split()[1]) * 1024 for line in status if line.startswith("VmHWM:")]
+    return found
+
+
+def test_every_numeric_field_at_its_extremes_is_refused_or_bounded(service: tuple[Service, str],
+                                                                   tmp_path: object) -> None:
+    """Every numeric field of OpenJob and of FetchBatches at 0, -1, 2**31-1, 2**63-1, ... and at the
+    service's limits +-1: each request ends in a typed status, and the service's and the decode
+    actors' memory stays bounded, at its peak (a world size of 2**27 once grew a decoder by 1.1 GiB)."""
+    running, service_address = service
+    data = f"{tmp_path}/numeric"
+    write_indexed(data, [40, 23])
+    pids = [os.getpid(), *(ray.get(actor.pid.remote(), timeout=30) for _, actor in running.pool.ready_actors())]
+    decoders = running.pool.batch_addresses()
+    Target.codes.clear()
+    Target.requests = 0
+    with grpc.insecure_channel(service_address) as channel:
+        open_job = channel.unary_unary(f"/{SERVICE_NAME}/OpenJob", request_serializer=pb.OpenJobRequest.SerializeToString,
+                                       response_deserializer=pb.OpenJobResponse.FromString)
+        valid = open_job(pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, job_name="numeric-valid", rank=0,
+                                           spec=pb.JobSpec(dataset=[data], batch_size=3, world_size=2, shuffle=True)),
+                         timeout=CALL_DEADLINE_S)
+        examples = iter(range(10**6))
+        fetch_channels = [grpc.insecure_channel(address) for address in decoders]
+
+        def fetch(job_id: str, opened: pb.FetchOpen, wants: list[pb.Want], decoder: grpc.Channel) -> None:
+            opened.job_id = job_id
+            messages = [pb.FetchControl(open=opened), *(pb.FetchControl(want=w) for w in wants)]
+            call = decoder.stream_stream(FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
+                                         response_deserializer=identity)(iter(messages), timeout=CALL_DEADLINE_S)
+            try:
+                for _ in call:
+                    pass
+                record(grpc.StatusCode.OK, None)
+            except grpc.RpcError as exc:
+                typed(exc.code(), exc.details(), exc.trailing_metadata())
+
+        for decoder in fetch_channels:  # warm: each decoder has planned and decoded once
+            fetch(valid.job_id, pb.FetchOpen(protocol_version=PROTOCOL_VERSION, epoch=0, rank=0),
+                  [pb.Want(step=0)], decoder)
+        before = rss(pids)
+        reset_peaks(pids)
+        started = time.monotonic()
+
+        @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+        @given(names=st.lists(st.sampled_from(FIELDS), min_size=1, max_size=2, unique=True), draw=st.data(),
+               mode=st.sampled_from(["exact", "block", "weights", "bucket"]), at_new_job=st.booleans(),
+               which=st.integers(0, len(decoders) - 1))
+        def fuzz(names: list[str], draw: st.DataObject, mode: str, at_new_job: bool, which: int) -> None:
+            pushed = {name: draw.draw(({**SPEC_FIELDS, **OPEN_FIELDS, **FETCH_FIELDS})[name], label=name)
+                      for name in names}
+            request = numeric_request(data, pushed, mode)
+            request.job_name = f"numeric-{next(examples)}"
+            opened, want = numeric_fetch(pushed)
+            job_id = valid.job_id
+            try:
+                response = open_job(request, timeout=CALL_DEADLINE_S)
+                record(grpc.StatusCode.OK, None)
+                if at_new_job:
+                    job_id = response.job_id
+                    opened.rank = pushed.get("open.rank", request.rank)  # the rank it opened as
+            except grpc.RpcError as exc:
+                typed(exc.code(), exc.details(), exc.trailing_metadata())
+            fetch(job_id, opened, [want], fetch_channels[which])
+
+        served = numeric_request(data, {"world_size": LIMITS.world_size, "rank": LIMITS.world_size - 1}, "bucket")
+        served.job_name = "numeric-widest"  # the largest world the service takes, served at its last rank
+        widest = open_job(served, timeout=CALL_DEADLINE_S)
+        fetch(widest.job_id, pb.FetchOpen(protocol_version=PROTOCOL_VERSION, epoch=LIMITS.epoch,
+                                          rank=LIMITS.world_size - 1), [pb.Want(step=0)], fetch_channels[0])
+        try:
+            fuzz()
+        finally:
+            for decoder in fetch_channels:
+                decoder.close()
+        elapsed = time.monotonic() - started
+        status = channel.unary_unary(f"/{SERVICE_NAME}/GetStatus", request_serializer=identity,
+                                     response_deserializer=pb.ServiceStatus.FromString)(b"", timeout=CALL_DEADLINE_S)
+        after, peak = rss(pids), peaks(pids)
+    growth = max(p - b for p, b in zip(peak, before, strict=True))
+    log.warning("numeric fuzz: %d requests in %.1f s, outcomes %s, %d jobs open; RSS (MiB) of the service and "
+                "its %d decode actors %s, at their peak %s, after %s (largest growth %+.1f MiB)", Target.requests,
+                elapsed, Target.codes, len(status.jobs), len(pids) - 1, [m >> 20 for m in before],
+                [m >> 20 for m in peak], [m >> 20 for m in after], growth / 2**20)
+    assert status.jobs  # GetStatus still answers, with every position it reports in range
+    assert {"OK", "INVALID_ARGUMENT"} <= set(Target.codes), Target.codes
+    assert growth < RSS_GROWTH_BOUND, f"a process's RSS peaked {growth / 2**20:.0f} MiB above its start"
+
+
+@pytest.mark.parametrize(("spec", "needle"), [
+    (pb.JobSpec(dataset=["http://127.0.0.1:9/x.parquet"], batch_size=1, world_size=1),
+     "does not read datasets over http://; it reads file://, gs://, s3://"),
+    (pb.JobSpec(dataset=["https://example.invalid/d/"], batch_size=1, world_size=1), "over https://"),
+    (pb.JobSpec(dataset=["/d"], batch_size=1, world_size=1,
+                transform=pb.TransformSpec(name="image", args_json="[" * 5000 + "]" * 5000)),
+     "transform_args's nesting, 5000 levels deep, is above this service's limit of 32"),
+    (pb.JobSpec(dataset=["/d"], batch_size=1, world_size=1, format_args_json='{"a":' * 900 + "1" + "}" * 900),
+     "format_args's nesting, 900 levels deep"),
+    (pb.JobSpec(dataset=["/d"], batch_size=1, world_size=2**27), "world_size 134,217,728 is above"),
+])
+def test_user_input_that_once_was_internal_is_invalid_argument(service: tuple[Service, str], spec: pb.JobSpec,
+                                                               needle: str) -> None:
+    with grpc.insecure_channel(service[1]) as channel:
+        open_job = channel.unary_unary(f"/{SERVICE_NAME}/OpenJob", request_serializer=pb.OpenJobRequest.SerializeToString,
+                                       response_deserializer=pb.OpenJobResponse.FromString)
+        with pytest.raises(grpc.RpcError) as refused:
+            open_job(pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, spec=spec), timeout=CALL_DEADLINE_S)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+    assert needle in (refused.value.details() or ""), refused.value.details()
+    assert dict(refused.value.trailing_metadata() or ()).get(ERROR_METADATA_KEY) == "InvalidJobSpec"

@@ -32,6 +32,18 @@ class HangingFileSystem(AbstractFileSystem):
         raise FileNotFoundError(path)
 
 
+# The service reads datasets over the protocols it is told to (dataset_protocols): this store's too.
+PROTOCOLS = ("file", "hang")
+
+
+@pytest.fixture(scope="module")
+def service(local_ray: None) -> Iterator[tuple[Service, str]]:
+    running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25,
+                                                dataset_protocols=PROTOCOLS))
+    yield running, f"127.0.0.1:{port}"
+    running.stop(grace=1.0)
+
+
 @pytest.fixture
 def hanging_store() -> Iterator[None]:
     fsspec.register_implementation("hang", HangingFileSystem, clobber=True)
@@ -60,7 +72,7 @@ def test_open_job_on_a_store_that_never_answers(service_address: str, hanging_st
 @pytest.fixture
 def one_abandoned_call_allowed(local_ray: None) -> Iterator[tuple[Service, str]]:
     running, port = create_server(ServiceConfig(port=0, num_decoders=1, decoder_cpus=0.25,
-                                                max_abandoned_storage_calls=1))
+                                                max_abandoned_storage_calls=1, dataset_protocols=PROTOCOLS))
     yield running, f"127.0.0.1:{port}"
     running.stop(grace=1.0)
 

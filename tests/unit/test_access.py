@@ -25,7 +25,7 @@ def test_urls_under_a_prefix_are_allowed(url: str) -> None:
 @pytest.mark.parametrize("url", [
     "gs://team-a/training/x.parquet",  # shares the prefix's characters, not its path
     "gs://team-a/x.parquet", "gs://team-b/train/x.parquet", "s3://public-private/x.parquet",
-    "/data/shared-secret/x.parquet", "/data", "gs://*/train/x.parquet", "memory://data/shared/x.parquet",
+    "/data/shared-secret/x.parquet", "/data", "gs://*/train/x.parquet",
 ])
 def test_urls_outside_every_prefix_are_refused(url: str) -> None:
     with pytest.raises(DatasetNotAllowed, match="outside the prefixes"):
@@ -67,3 +67,25 @@ def test_a_symlink_out_of_an_allowed_directory_is_refused(tmp_path: Path) -> Non
         access.check(str(tmp_path / "allowed" / "link" / "x.parquet"))
     with pytest.raises(DatasetNotAllowed, match="outside the prefixes"):
         access.check(str(tmp_path / "allowed" / "link"))
+
+
+@pytest.mark.parametrize("url", ["http://example.com/x.parquet", "https://storage.googleapis.com/b/x.parquet",
+                                 "ftp://host/x.parquet", "memory://data/shared/x.parquet", "data:,abc",
+                                 "zip://x.parquet::/data/shared/a.zip", "github://org:repo@main/x.parquet"])
+@pytest.mark.parametrize("access", [DatasetAccess(()), ACCESS], ids=["any prefix", "prefixes"])
+def test_a_protocol_that_is_no_dataset_store_is_refused_naming_it(url: str, access: DatasetAccess) -> None:
+    protocol = url.split(":", 1)[0]
+    with pytest.raises(InvalidJobSpec, match=rf"does not read datasets over {protocol}://; it reads "
+                                             r"file://, gs://, s3:// \(its dataset_protocols setting\)"):
+        access.check(url)
+
+
+@pytest.mark.parametrize("url", ["/x.parquet", "local:///x.parquet", "gcs://b/x.parquet", "s3a://b/x.parquet"])
+def test_every_spelling_of_a_dataset_protocol_is_read(url: str) -> None:
+    DatasetAccess(()).check(url)
+
+
+def test_the_protocols_are_the_services_to_choose() -> None:
+    DatasetAccess((), protocols=("file", "memory")).check("memory://x/y.parquet")
+    with pytest.raises(InvalidJobSpec, match="over gs://; it reads file://, memory://"):
+        DatasetAccess((), protocols=("file", "memory")).check("gs://b/x.parquet")

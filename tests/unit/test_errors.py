@@ -28,6 +28,7 @@ BUILTIN_BASE: dict[type[E.ShardstreamError], type[BaseException]] = {
     E.ServiceUnavailable: ConnectionError,
     E.DeadlineExceeded: TimeoutError,
     E.StorageBusy: RuntimeError,
+    E.TooManyJobs: RuntimeError,
 }
 
 CODES: dict[type[E.ShardstreamError], grpc.StatusCode] = {
@@ -49,6 +50,7 @@ CODES: dict[type[E.ShardstreamError], grpc.StatusCode] = {
     E.ServiceUnavailable: grpc.StatusCode.UNAVAILABLE,
     E.DeadlineExceeded: grpc.StatusCode.DEADLINE_EXCEEDED,
     E.StorageBusy: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    E.TooManyJobs: grpc.StatusCode.RESOURCE_EXHAUSTED,
 }
 
 ALL = sorted(ERRORS.values(), key=lambda c: c.__name__)

@@ -123,6 +123,12 @@ class StorageBusy(ShardstreamError, RuntimeError):
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
+class TooManyJobs(ShardstreamError, RuntimeError):
+    """The service holds as many jobs as its max_jobs setting allows; idle ones are forgotten in time."""
+
+    code = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
 ERRORS: dict[str, type[ShardstreamError]] = {
     cls.__name__: cls
     for cls in (
@@ -144,6 +150,7 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         ServiceUnavailable,
         DeadlineExceeded,
         StorageBusy,
+        TooManyJobs,
     )
 }
 

@@ -12,6 +12,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardstream.service.identities import IdentityTable
+from shardstream.service.limits import (
+    DATASET_PROTOCOLS,
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_JOBS,
+    RequestLimits,
+)
 from shardstream.service.settings import ENV_PREFIX, check_bounds, from_environment, setting
 from shardstream.service.shares import priority_weights
 
@@ -23,6 +29,7 @@ class ServeSettings:
     ports: range = range(0, 1)  # its batch server binds the first free one; port 0: any free port
     decode_timeout_s: float = 300.0  # a batch that takes longer ends its stream with DEADLINE_EXCEEDED
     max_message_bytes: int = 1 << 30
+    max_epoch: int = DEFAULT_LIMITS.epoch  # a stream for a later epoch is refused (limits.py)
     # The tokens file's identities (auth_tokens_file; identities.py): who may open a stream, and
     # whose jobs it may fetch. None: no token asked. The pool sends a new table when the file changes.
     identities: IdentityTable | None = None
@@ -51,6 +58,10 @@ class ServiceConfig:
         (), "URL prefix (gs://bucket/path, s3://..., /local/path) every dataset a client names must lie "
         "under; the service reads with its own credentials (none: any dataset)",
         flag="--allow-dataset-prefix", metavar="URL")
+    dataset_protocols: tuple[str, ...] = setting(
+        DATASET_PROTOCOLS, "a storage protocol the service reads datasets from, as fsspec names it first "
+        "(file, gs, s3, hdfs, abfs, ...; its package must be installed where the service and decoders run); "
+        "a URL over any other (http, ftp, memory, ...) is refused", flag="--dataset-protocol", metavar="NAME")
     data_port_base: int = setting(
         0, "decode actors bind their gRPC and bulk ports, the first free ones from here (0: any free port)",
         minimum=0, maximum=65535, chart="decode.dataPort")
@@ -85,6 +96,41 @@ class ServiceConfig:
                                      minimum=1)
     max_request_bytes: int = setting(16 << 20, "largest request a client may send, bytes (larger ones get "
                                      "RESOURCE_EXHAUSTED)", minimum=1)
+    # Request limits (limits.py; docs/architecture.md, "Limits"): a job or stream past one is refused
+    # with INVALID_ARGUMENT naming the field, its value and the setting.
+    max_jobs: int = setting(
+        DEFAULT_MAX_JOBS, "the most jobs the service holds at once (each keeps its dataset's index, and its "
+        "per-sample weights or lengths, on the head and every decode actor); a new job past it is refused "
+        "with RESOURCE_EXHAUSTED until idle ones are forgotten (job_idle_ttl_s)", minimum=1)
+    max_world_size: int = setting(
+        DEFAULT_LIMITS.world_size, "the most ranks a job may have (world_size); what the service keeps per rank "
+        "is small, but it keeps it for every rank that reports", minimum=1)
+    max_batch_size: int = setting(
+        DEFAULT_LIMITS.batch_size, "the most samples in one batch (batch_size); a decode actor holds a whole "
+        "batch, decoded, while it sends it", minimum=1)
+    max_shuffle_block: int = setting(DEFAULT_LIMITS.shuffle_block, "the largest shuffle_block, samples", minimum=1)
+    max_bucket_window: int = setting(
+        DEFAULT_LIMITS.bucket_window, "the largest bucket_window, batches (each window is sorted whole)", minimum=1)
+    max_epoch: int = setting(DEFAULT_LIMITS.epoch, "the latest epoch a rank may fetch", minimum=0)
+    max_seq_len: int = setting(
+        DEFAULT_LIMITS.seq_len, "the longest token window, tokens (format 'tokens', format_args seq_len); each "
+        "sample is two int64 arrays of it", minimum=1)
+    max_image_side: int = setting(
+        DEFAULT_LIMITS.image_side, "the largest side of an image the built-in image transform makes, pixels "
+        "(transform_args size, resize_short)", minimum=1)
+    max_dataset_entries: int = setting(
+        DEFAULT_LIMITS.dataset_entries, "the most entries (files, directories, globs) a job's dataset list may "
+        "have", minimum=1)
+    max_columns: int = setting(DEFAULT_LIMITS.columns, "the most columns a job may select", minimum=1)
+    max_url_chars: int = setting(DEFAULT_LIMITS.url_chars, "the longest dataset URL, characters", minimum=1)
+    max_name_chars: int = setting(
+        DEFAULT_LIMITS.name_chars, "the longest name in a request (job name, column, transform, format, collate, "
+        "weights, bucket_by, priority), characters", minimum=1)
+    max_args_bytes: int = setting(
+        DEFAULT_LIMITS.args_bytes, "the largest transform_args or format_args, bytes of JSON", minimum=2)
+    max_args_depth: int = setting(
+        DEFAULT_LIMITS.args_depth, "how deeply transform_args and format_args may nest (JSON arrays and objects)",
+        minimum=1, maximum=500)
     job_idle_ttl_s: float = setting(3600.0, "a job with no open stream for this long, seconds, is forgotten "
                                     "(clients reopen it on demand)", above=0)
     grpc_workers: int = setting(64, "concurrent OpenJob, GetStatus and health calls on the service's port",
@@ -149,7 +195,12 @@ class ServiceConfig:
         """How decode actors serve batches to ranks."""
         ports = (range(self.data_port_base, self.data_port_base + self.data_ports) if self.data_port_base
                  else range(0, 1))
-        return ServeSettings(ports, self.decode_timeout_s, self.max_message_bytes)
+        return ServeSettings(ports, self.decode_timeout_s, self.max_message_bytes, self.max_epoch)
+
+    @property
+    def request_limits(self) -> RequestLimits:
+        """The max_* settings, as the checks of each request take them."""
+        return RequestLimits(**{name: getattr(self, f"max_{name}") for name in RequestLimits.__dataclass_fields__})
 
     @classmethod
     def load(cls, overrides: Mapping[str, Any] | None = None,

@@ -68,7 +68,11 @@ class SamplingSpec:
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """The padded global order of one epoch; ranks take every W-th element."""
+    """One epoch's plan. DistributedSampler pads its order to `total` = samples_per_rank * W by
+    wrapping from the head, and rank r takes positions r, r + W, r + 2W, ...; so position p of
+    the padded order is `sequence[p % N]`, and a rank's batch is read off the N-long sequence
+    without ever making the padded order: O(N) per epoch plus O(batch) per batch, whatever the
+    world size (docs/architecture.md, "Limits")."""
 
     sampling: SamplingSpec
     epoch: int
@@ -76,36 +80,56 @@ class EpochPlan:
     _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @cached_property
-    def order(self) -> np.ndarray:
+    def sequence(self) -> np.ndarray:
+        """The epoch's order of the N samples before padding (the exact mode's randperm, the
+        weighted draws, the block shuffle); int64. Unshuffled, it is never made (`_at`)."""
         s = self.sampling
         n = s.num_samples_total
         if s.weights:
             generator = torch.Generator()
             generator.manual_seed(s.seed + self.epoch)
             weights = torch.from_numpy(np.frombuffer(s.weights, dtype="<f8").copy())
-            indices = torch.multinomial(weights, n, replacement=True, generator=generator).numpy().astype(np.int64)
-        elif s.shuffle and s.shuffle_block:
-            indices = block_shuffle(s.unit_rows, s.shuffle_block, s.seed + self.epoch)
-        elif s.shuffle:
+            return torch.multinomial(weights, n, replacement=True, generator=generator).numpy().astype(np.int64)
+        if s.shuffle and s.shuffle_block:
+            return block_shuffle(s.unit_rows, s.shuffle_block, s.seed + self.epoch)
+        if s.shuffle:
             generator = torch.Generator()
             generator.manual_seed(s.seed + self.epoch)
-            indices = torch.randperm(n, generator=generator).numpy().astype(np.int64)
-        else:
-            indices = np.arange(n, dtype=np.int64)
-        total = s.samples_per_rank * s.world_size
-        if total > n:  # pad by wrapping from the head, as DistributedSampler does
-            indices = np.resize(indices, total)
-        return indices[:total]
+            return torch.randperm(n, generator=generator).numpy().astype(np.int64)
+        return np.arange(n, dtype=np.int64)
+
+    @property
+    def order(self) -> np.ndarray:
+        """The whole padded global order, made on each call: O(samples_per_rank * W). For tests and
+        benchmarks; serving reads batches off `sequence` instead."""
+        s = self.sampling
+        return self._at(np.arange(s.samples_per_rank * s.world_size, dtype=np.int64))
+
+    def _at(self, positions: np.ndarray) -> np.ndarray:
+        """The samples at these positions of the padded order (padding wraps from the head)."""
+        n = self.sampling.num_samples_total
+        if not len(positions):
+            return np.empty(0, dtype=np.int64)
+        wrapped = positions % n
+        s = self.sampling
+        if not s.weights and not s.shuffle:
+            return wrapped  # the unshuffled sequence is arange(N)
+        return self.sequence[wrapped]
+
+    def _positions(self, rank: int, start: int, stop: int) -> np.ndarray:
+        """Positions in the padded order of the rank's samples start..stop-1."""
+        return rank + self.sampling.world_size * np.arange(start, stop, dtype=np.int64)
 
     def rank_indices(self, rank: int) -> np.ndarray:
-        indices = self.order[rank :: self.sampling.world_size]
-        if not self.sampling.lengths:
-            return indices
+        s = self.sampling
+        if not s.lengths:
+            return self._at(self._positions(rank, 0, s.samples_per_rank))
         with self._lock:
             bucketed = self._bucketed.get(rank)
         if bucketed is None:
-            s = self.sampling
-            delivered = indices[: s.batches_per_rank * s.batch_size]  # drop_last drops the same samples
+            # drop_last drops the same samples; a rank's own slice only: O(samples_per_rank)
+            delivered = self._at(self._positions(rank, 0, min(s.batches_per_rank * s.batch_size,
+                                                              s.samples_per_rank)))
             bucketed = bucket_by_length(delivered, np.frombuffer(s.lengths, dtype="<i8"), s.batch_size,
                                         s.bucket_window, (s.seed, self.epoch, rank))
             with self._lock:
@@ -113,10 +137,13 @@ class EpochPlan:
         return bucketed
 
     def batch_indices(self, rank: int, step: int) -> np.ndarray:
-        b = self.sampling.batch_size
-        if not 0 <= step < self.sampling.batches_per_rank:
-            raise IndexError(f"step {step} is outside 0..{self.sampling.batches_per_rank - 1}")
-        return self.rank_indices(rank)[step * b : (step + 1) * b]
+        s = self.sampling
+        b = s.batch_size
+        if not 0 <= step < s.batches_per_rank:
+            raise IndexError(f"step {step} is outside 0..{s.batches_per_rank - 1}")
+        if s.lengths:
+            return self.rank_indices(rank)[step * b : (step + 1) * b]
+        return self._at(self._positions(rank, step * b, min((step + 1) * b, s.samples_per_rank)))
 
 
 def bucket_by_length(indices: np.ndarray, lengths: np.ndarray, batch_size: int, window_batches: int,
@@ -155,7 +182,7 @@ def block_shuffle(unit_rows: tuple[int, ...], block: int, seed: int) -> np.ndarr
 
 
 class PlanCache:
-    """The most recent epochs' plans (a randperm(N) each), made once, by (owner, epoch)."""
+    """The most recent epochs' plans (an N-long sequence each, whatever the world size), by (owner, epoch)."""
 
     def __init__(self, kept: int) -> None:
         self.kept = kept
@@ -179,9 +206,16 @@ class PlanCache:
                 del self._plans[key]
 
 
+# A rank's position, epoch * batches_per_rank + step + 1, is an int64 on the wire (GetStatus).
+POSITION_BOUND = 2**62
+
+
 def check_epoch_and_rank(sampling: SamplingSpec, epoch: int, rank: int) -> None:
     if epoch < 0:
         raise InvalidJobSpec(f"epoch must be >= 0, got {epoch}")
+    if (epoch + 1) * max(sampling.batches_per_rank, 1) >= POSITION_BOUND:
+        raise InvalidJobSpec(f"epoch {epoch} is past this job's last: epoch x batches per rank "
+                             f"({sampling.batches_per_rank}) must stay below 2**62")
     if not 0 <= rank < sampling.world_size:
         raise InvalidJobSpec(f"rank {rank} is outside world_size {sampling.world_size}")
 

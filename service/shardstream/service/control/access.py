@@ -11,14 +11,22 @@ outright: fsspec does not normalise them, and a store may or may not. Local
 paths are compared after resolving symlinks, so a link under an allowed
 directory that points outside it is refused too.
 No prefixes (the default) allow every URL, as a laptop or single-team service wants.
+
+Whatever the prefixes, a URL must name a storage protocol the service reads datasets from
+(`dataset_protocols`: local files, gs://, s3:// by default). fsspec knows many more (http,
+ftp, memory, zip, ...) that are no dataset store: http(s) would have the service fetch any URL
+a client names, from inside its network, and memory:// would read the service's own process.
 """
 
 from __future__ import annotations
 
 import os
 
-from shardstream.proto.errors import DatasetNotAllowed
+import fsspec
+
+from shardstream.proto.errors import DatasetNotAllowed, InvalidJobSpec
 from shardstream.service.dataset import canonical_url
+from shardstream.service.limits import DATASET_PROTOCOLS
 
 LOCAL = "file://"
 
@@ -32,9 +40,11 @@ class DatasetAccess:
     """`prefixes` a dataset must lie under; none: any dataset, unless `none_means_any` is False
     (an identity's empty list in the tokens file grants nothing)."""
 
-    def __init__(self, prefixes: tuple[str, ...], none_means_any: bool = True) -> None:
+    def __init__(self, prefixes: tuple[str, ...], none_means_any: bool = True,
+                 protocols: tuple[str, ...] = DATASET_PROTOCOLS) -> None:
         self.prefixes = tuple(_resolved(canonical_url(p)).rstrip("/") for p in prefixes)
         self.none_means_any = none_means_any
+        self.protocols = protocols
 
     def refusal(self, url: str) -> str | None:
         """Why `url` is not admitted ("dots": it has '.' or '..' components; "outside": it lies under
@@ -50,7 +60,9 @@ class DatasetAccess:
         return None
 
     def check(self, url: str) -> None:
-        """Raise DatasetNotAllowed unless `url` lies under an allowed prefix."""
+        """Raise InvalidJobSpec unless `url` names a dataset protocol, and DatasetNotAllowed unless it
+        lies under an allowed prefix."""
+        check_protocol(url, self.protocols)
         why = self.refusal(url)
         if why == "dots":
             raise DatasetNotAllowed(f"dataset URL {url!r} has '.' or '..' path components, which this "
@@ -61,4 +73,15 @@ class DatasetAccess:
                                     "(allowed_dataset_prefixes)")
 
 
-__all__ = ["DatasetAccess"]
+def check_protocol(url: str, protocols: tuple[str, ...] = DATASET_PROTOCOLS) -> None:
+    """InvalidJobSpec naming `url`'s protocol unless it is one of `protocols` (an unknown one, or one
+    whose package is not installed, says so too: canonical_url)."""
+    protocol = canonical_url(url).split("://", 1)[0]
+    if protocol not in protocols:
+        spelled = fsspec.core.split_protocol(url)[0] or protocol
+        raise InvalidJobSpec(f"dataset URL {url[:200]!r}: this service does not read datasets over "
+                             f"{spelled}://; it reads {', '.join(p + '://' for p in protocols)} (its "
+                             "dataset_protocols setting)")
+
+
+__all__ = ["DatasetAccess", "check_protocol"]

@@ -24,12 +24,20 @@ from typing import Any
 
 import pyarrow as pa
 
-from shardstream.proto.errors import InvalidJobSpec, JobNotFound, JobSpecConflict
+from shardstream.proto.errors import (
+    InvalidJobSpec,
+    JobNotFound,
+    JobSpecConflict,
+    ShardstreamError,
+    TooManyJobs,
+)
 from shardstream.service.control.access import DatasetAccess
+from shardstream.service.control.open_errors import opening_error
 from shardstream.service.control.rate import RateMeter
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
+from shardstream.service.limits import DEFAULT_MAX_JOBS
 from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.per_sample import read_lengths, read_weights
@@ -141,14 +149,15 @@ def _both(first: Callable[[str], None], then: Callable[[str], None], url: str) -
 class JobRegistry:
     def __init__(self, allowed_transform_modules: tuple[str, ...],
                  access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None,
-                 max_cache_bytes: int | None = None) -> None:
+                 max_cache_bytes: int | None = None, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
         self.allowed_transform_modules = allowed_transform_modules
         self.access = access or DatasetAccess(())
         self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
         self.max_cache_bytes = max_cache_bytes  # per job, of each decode actor's prepared samples
+        self.max_jobs = max_jobs  # jobs held at once; a new one past it is refused (TooManyJobs)
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[tuple[str, str], Job] = {}  # (owner, name) -> the job
-        self._opening: dict[tuple[str, str], threading.Lock] = {}
+        self._opening: dict[tuple[str, str], list[Any]] = {}  # (owner, name) -> [its lock, holders]
         self._lock = threading.Lock()
 
     def find(self, name: str, spec: JobSpec, rank: int, priority: str = "", owner: str = "") -> Job | None:
@@ -178,25 +187,51 @@ class JobRegistry:
         if existing is not None:
             return existing
         name = name or spec.fingerprint
-        with self._lock:
-            name_lock = self._opening.setdefault((owner, name), threading.Lock())
-        with name_lock:  # ranks opening the same job concurrently index it once
-            existing = self.find(name, spec, rank, priority, owner)
-            if existing is not None:
-                return existing
-            job = self._create(name, spec, priority or DEFAULT_CLASS, owner, allow)
+        with self._lock:  # [the lock, how many callers hold it]
+            opening = self._opening.setdefault((owner, name), [threading.Lock(), 0])
+            opening[1] += 1
+        try:
+            with opening[0]:  # ranks opening the same job concurrently index it once
+                existing = self.find(name, spec, rank, priority, owner)
+                if existing is not None:
+                    return existing
+                self._check_room(name)
+                try:
+                    job = self._create(name, spec, priority or DEFAULT_CLASS, owner, allow)
+                except ShardstreamError:
+                    raise
+                except Exception as exc:  # whatever else storage or a reader raised: typed, never INTERNAL
+                    raise opening_error(spec.dataset, exc) from exc
+                with self._lock:
+                    self._jobs[job.job_id] = job
+                    self._by_name[(owner, name)] = job
+        finally:  # kept no longer than it is held: every name ever tried (a failed open too) would stay
             with self._lock:
-                self._jobs[job.job_id] = job
-                self._by_name[(owner, name)] = job
-            log.info("opened job %s (%r): %d samples, %d batches per rank x %d ranks",
-                     job.job_id, name, job.index.num_rows, job.sampling.batches_per_rank,
-                     spec.world_size)
-            return job
+                opening[1] -= 1
+                if not opening[1]:
+                    del self._opening[(owner, name)]
+        log.info("opened job %s (%r): %d samples, %d batches per rank x %d ranks",
+                 job.job_id, name, job.index.num_rows, job.sampling.batches_per_rank,
+                 spec.world_size)
+        return job
+
+    def _check_room(self, name: str) -> None:
+        with self._lock:
+            held = len(self._jobs)
+        if held >= self.max_jobs:
+            raise TooManyJobs(f"not opening job {name[:100]!r}: this service holds {held} jobs, its max_jobs "
+                              "setting; jobs with no open stream are forgotten after job_idle_ttl_s")
 
     def _create(self, name: str, spec: JobSpec, priority: str, owner: str = "",
                 allow: Callable[[str], None] | None = None) -> Job:
         check = self.access.check if allow is None else functools.partial(_both, allow, self.access.check)
-        transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
+        try:
+            transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
+        except ShardstreamError:
+            raise
+        except Exception as exc:  # a user factory's own error: the spec's, not the service's
+            raise InvalidJobSpec(f"transform {spec.transform!r} did not build with its arguments "
+                                 f"{spec.transform_args}: {type(exc).__name__}: {exc}") from exc
         columns = spec.columns  # and the plan's columns, wherever the batches leave them out
         for planned in (spec.weights, spec.bucket_by):
             if planned and columns and planned not in columns:
@@ -253,7 +288,8 @@ class JobRegistry:
             if epoch * job.sampling.batches_per_rank + step + 1 > positions.get(rank, 0):
                 job.advance(rank, epoch, step)
         for rank, (stall, at) in served.stalls.items():
-            job.report_stall(rank, stall, at)
+            if 0 <= rank < job.spec.world_size:  # a stream may name any rank; it is refused at its first batch
+                job.report_stall(rank, stall, at)
 
     def get(self, job_id: str) -> Job:
         job = self._jobs.get(job_id)

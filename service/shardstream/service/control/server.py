@@ -129,8 +129,10 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         tls=TlsFiles.of(config))
     pool.on_refused = refusals.add  # what the decoders' batch servers refused
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
-    registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes),
-                           priority_weights(config.priority_classes), config.job_max_cache_bytes)
+    registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes,
+                           protocols=config.dataset_protocols),
+                           priority_weights(config.priority_classes), config.job_max_cache_bytes,
+                           config.max_jobs)
     pool.on_served = registry.record_served
     storage_calls = StorageCalls(config.max_abandoned_storage_calls)
     metrics = ServiceMetrics(registry, pool, storage_calls, refusals if identities is not None else None)

@@ -35,6 +35,7 @@ from shardstream.service.control.jobs import Job, JobRegistry, RankProgress
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.spec import JobSpec
+from shardstream.service.control.spec_limits import check_open_request
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.shares import job_decoders, rank_window
 
@@ -109,7 +110,9 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         if isinstance(request, MalformedRequest):
             request.refuse()
         _check_version(request.protocol_version)
-        spec = JobSpec.from_proto(request.spec)
+        limits = self.config.request_limits
+        check_open_request(request, limits)
+        spec = JobSpec.from_proto(request.spec, limits)
         identity, owner, allow = caller(), "", None
         if identity is not None and self.gate is not None:  # its grants, checked before anything is read
             self.gate.check_open(identity, spec, request.priority, context.peer())

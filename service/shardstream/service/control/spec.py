@@ -14,6 +14,8 @@ from typing import Any
 
 from shardstream.proto.errors import InvalidJobSpec
 from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.service.control.spec_limits import check_job_message
+from shardstream.service.limits import DEFAULT_LIMITS, RequestLimits
 
 CORRUPT_POLICIES = {pb.CORRUPT_POLICY_FAIL: "fail", pb.CORRUPT_POLICY_SKIP: "skip"}
 NULLS = ("", "mask")  # docs/formats.md, "Values and dtypes"
@@ -68,7 +70,8 @@ class JobSpec:
             raise InvalidJobSpec(f"columns has duplicates: {list(self.columns)}")
 
     @classmethod
-    def from_proto(cls, msg: pb.JobSpec) -> JobSpec:
+    def from_proto(cls, msg: pb.JobSpec, limits: RequestLimits = DEFAULT_LIMITS) -> JobSpec:
+        check_job_message(msg, limits)  # the service's bounds, before anything is parsed (spec_limits.py)
         if msg.on_corrupt not in CORRUPT_POLICIES:
             raise InvalidJobSpec(f"unknown on_corrupt policy {msg.on_corrupt}")
         return cls(
@@ -121,7 +124,7 @@ def _canonical_object(text: str, what: str) -> str:
     """A JSON object in canonical form (sorted keys, no spaces); "" is {}."""
     try:
         parsed = json.loads(text or "{}")
-    except json.JSONDecodeError as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer of >4300 digits
         raise InvalidJobSpec(f"{what} are not valid JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise InvalidJobSpec(f"{what} must be a JSON object")

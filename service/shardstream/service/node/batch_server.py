@@ -51,6 +51,7 @@ from shardstream.proto.wire import (
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.config import ServeSettings
 from shardstream.service.identities import Identity, Refusals, authenticate
+from shardstream.service.limits import RequestLimits, check_at_most
 from shardstream.service.node.batching import DecodedBatch
 from shardstream.service.node.bulk_listener import BulkConnection, BulkListener
 from shardstream.service.node.fair_queue import FairQueue
@@ -85,6 +86,7 @@ class BatchServer:
         self._owner_of = owner_of  # job id -> the identity that opened it (None: not held here)
         ports, max_message_bytes = settings.ports, settings.max_message_bytes
         self._decode_timeout_s = settings.decode_timeout_s
+        self._max_epoch = settings.max_epoch  # a stream for a later epoch is refused (limits.py)
         self._decode_step = decode_step
         self._on_sent = on_sent
         self._open: collections.Counter[tuple[str, int]] = collections.Counter()  # (job, rank) -> streams
@@ -190,6 +192,7 @@ class BatchServer:
                 raise ProtocolMismatch(f"client speaks protocol version {opened.protocol_version}, this "
                                        f"decoder speaks {PROTOCOL_VERSION}: install matching shardstream versions")
             self._check_owner(identity, opened.job_id, context.peer())
+            check_at_most("epoch", opened.epoch, RequestLimits(epoch=self._max_epoch), "epoch")
             loop = asyncio.get_running_loop()
             stream = (opened.job_id, opened.rank)
             self._open[stream] += 1
@@ -303,6 +306,8 @@ class BatchServer:
                     raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
                 want = control.want
                 self._check_owner(identity, opened.job_id, peer)
+                if want.max_bytes < 0:
+                    raise InvalidJobSpec(f"a want's max_bytes must be >= 0 (0: no limit), got {want.max_bytes}")
                 if want.HasField("data_stall"):  # the rank's, for the service's status and metrics
                     with self._stalls_lock:
                         self._stalls[(opened.job_id, opened.rank)] = (want.data_stall, time.time())

@@ -1,0 +1,82 @@
+"""A job's request held to the service's limits (limits.py), before any of it is parsed or read.
+
+Sizes first (counts, lengths, the JSON texts' bytes and nesting), so nothing later parses an
+unbounded text or recurses once per level of it; then the numbers that size what the service
+makes for the job (world_size, batch_size, ...), including the few inside the JSON options that
+size a sample (a token window's seq_len, an image's sides).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shardstream.proto.v1 import loader_pb2 as pb
+from shardstream.service.limits import RequestLimits, beyond, check_at_most, json_depth
+
+_SHOWN = 60  # characters of an over-long string quoted in the refusal
+
+
+def check_job_message(msg: pb.JobSpec, limits: RequestLimits) -> None:
+    """InvalidJobSpec naming the first field of `msg` past a limit."""
+    check_at_most("world_size", msg.world_size, limits, "world_size")
+    check_at_most("batch_size", msg.batch_size, limits, "batch_size")
+    check_at_most("shuffle_block", msg.shuffle_block, limits, "shuffle_block")
+    check_at_most("bucket_window", msg.bucket_window, limits, "bucket_window")
+    check_at_most("the number of dataset entries", len(msg.dataset), limits, "dataset_entries")
+    for url in msg.dataset:
+        _check_length("dataset URL", url, limits, "url_chars")
+    check_at_most("the number of columns", len(msg.columns), limits, "columns")
+    for column in msg.columns:
+        _check_length("column name", column, limits, "name_chars")
+    for field, text in (("transform", msg.transform.name), ("format", msg.format), ("collate", msg.collate),
+                        ("weights", msg.weights), ("bucket_by", msg.bucket_by)):
+        _check_length(field, text, limits, "name_chars")
+    transform_args = _bounded_json("transform_args", msg.transform.args_json, limits)
+    format_args = _bounded_json("format_args", msg.format_args_json, limits)
+    _check_sample_size(msg.transform.name, transform_args, format_args, limits)
+
+
+def check_open_request(request: pb.OpenJobRequest, limits: RequestLimits) -> None:
+    """The OpenJobRequest's own fields (its spec: check_job_message)."""
+    _check_length("job_name", request.job_name, limits, "name_chars")
+    _check_length("priority", request.priority, limits, "name_chars")
+
+
+def _check_length(field: str, text: str, limits: RequestLimits, name: str) -> None:
+    limit: int = getattr(limits, name)
+    if len(text) > limit:
+        raise beyond(f"{field} {text[:_SHOWN] + '...'!r} ({len(text):,} characters)", limit, name)
+
+
+def _bounded_json(field: str, text: str, limits: RequestLimits) -> Any:
+    """The JSON text parsed, once it is known to be small and shallow enough to parse; None when
+    it does not parse (JobSpec says why)."""
+    size = len(text.encode())
+    check_at_most(f"{field} (JSON, bytes)", size, limits, "args_bytes")
+    depth = json_depth(text)
+    if depth > limits.args_depth:
+        raise beyond(f"{field}'s nesting, {depth} levels deep,", limits.args_depth, "args_depth")
+    try:
+        return json.loads(text or "{}")
+    except (ValueError, RecursionError):
+        return None
+
+
+def _check_sample_size(transform: str, transform_args: Any, format_args: Any, limits: RequestLimits) -> None:
+    """The options that size every sample: a token window's seq_len, an image transform's sides."""
+    if isinstance(format_args, dict):
+        _check_int("format_args seq_len", format_args.get("seq_len"), limits, "seq_len")
+    if transform == "image" and isinstance(transform_args, dict):
+        size = transform_args.get("size")
+        for side in size if isinstance(size, list) else [size]:
+            _check_int("transform_args size", side, limits, "image_side")
+        _check_int("transform_args resize_short", transform_args.get("resize_short"), limits, "image_side")
+
+
+def _check_int(field: str, value: Any, limits: RequestLimits, name: str) -> None:
+    if isinstance(value, int) and not isinstance(value, bool):
+        check_at_most(field, value, limits, name)
+
+
+__all__ = ["check_job_message", "check_open_request"]
