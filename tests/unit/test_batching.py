@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +210,40 @@ def test_a_value_that_cannot_travel_fails_its_batch_naming_the_sample_file_and_r
     with pytest.raises(CorruptSample, match=rf"sample 7 \(row 2 of {columns_index.shards[2].url}\) gives 'x' as "
                                             "object.*cannot travel"):
         decode_batch(job, memory_reader(job.index), _ObjectAtSeven(), 0, indices, header)
+
+
+class _Counting:
+    """The image transform, counting the samples it prepared."""
+
+    def __init__(self) -> None:
+        self.image = build_transform("image", IMAGE_ARGS, ())
+        self.prepared = 0
+
+    def prepare(self, row: dict[str, Any]) -> dict[str, Any]:
+        self.prepared += 1
+        return self.image.prepare(row)  # type: ignore[no-any-return]
+
+    def augment(self, sample: dict[str, Any], generator: Any) -> dict[str, Any]:
+        return self.image.augment(sample, generator)  # type: ignore[no-any-return]
+
+
+def test_a_batch_past_max_batch_bytes_stops_being_built_at_that_sample(images_index: DatasetIndex) -> None:
+    """3 x 16 x 16 uint8 samples (768 bytes with their label): a bound of 2,000 bytes is passed by
+    the third sample, and the decoder prepares no fourth before refusing."""
+    job = DecodeJob(job_id="j", index=images_index, columns=("image", "label"), transform="image",
+                    transform_args=IMAGE_ARGS, allowed_transform_modules=(), seed=3, on_corrupt="fail",
+                    max_batch_bytes=2_000)
+    counting = _Counting()
+    reader = memory_reader(images_index, ["image", "label"])
+    with pytest.raises(InvalidJobSpec, match=r"passes 2,000 bytes with its first 3 of 6 samples .* lower batch_size"):
+        decode_batch(job, reader, counting, 0, np.array([0, 1, 2, 3, 6, 7], dtype=np.int64))  # type: ignore[arg-type]
+    assert counting.prepared == 3
+    assert len(decode_batch(dataclasses.replace(job, max_batch_bytes=10_000), reader, counting, 0,
+                            np.array([0, 1, 2, 3, 6, 7], dtype=np.int64)).indices) == 6  # type: ignore[arg-type]
+
+
+def test_plain_columns_past_max_batch_bytes_are_refused_before_gathering(columns_index: DatasetIndex) -> None:
+    job = dataclasses.replace(_job(columns_index), max_batch_bytes=64)
+    with pytest.raises(InvalidJobSpec, match=r"passes 64 bytes with its samples"):
+        _decode(job, 0, [10, 0, 7, 7, 3])
+    assert len(_decode(dataclasses.replace(job, max_batch_bytes=1 << 20), 0, [10, 0, 7, 7, 3]).indices) == 5

@@ -80,3 +80,9 @@ def test_stalls_of_ranks_outside_the_job_are_not_kept(data: str) -> None:
                                                          2**31 - 1: (0.2, now)}))
     assert [(r.rank, r.data_stall) for r in job.ranks()] == [(1, 0.5)]
 
+
+
+def test_every_job_tells_its_decoders_the_largest_batch_they_may_build(data: str) -> None:
+    registry = JobRegistry((), max_batch_bytes=12_345)
+    job = registry.open("sized", spec(data), 0)
+    assert job.decode.max_batch_bytes == 12_345

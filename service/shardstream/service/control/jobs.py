@@ -39,6 +39,7 @@ from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.limits import DEFAULT_MAX_JOBS
 from shardstream.service.node.actor_report import JobServed
+from shardstream.service.node.batch_bytes import DEFAULT_MAX_BATCH_BYTES
 from shardstream.service.node.batching import DecodeJob, check_job_schema
 from shardstream.service.per_sample import read_lengths, read_weights
 from shardstream.service.plan import SamplingSpec
@@ -149,12 +150,14 @@ def _both(first: Callable[[str], None], then: Callable[[str], None], url: str) -
 class JobRegistry:
     def __init__(self, allowed_transform_modules: tuple[str, ...],
                  access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None,
-                 max_cache_bytes: int | None = None, max_jobs: int = DEFAULT_MAX_JOBS) -> None:
+                 max_cache_bytes: int | None = None, max_jobs: int = DEFAULT_MAX_JOBS,
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES) -> None:
         self.allowed_transform_modules = allowed_transform_modules
         self.access = access or DatasetAccess(())
         self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
         self.max_cache_bytes = max_cache_bytes  # per job, of each decode actor's prepared samples
         self.max_jobs = max_jobs  # jobs held at once; a new one past it is refused (TooManyJobs)
+        self.max_batch_bytes = max_batch_bytes  # one batch, as a decode actor builds it (max_message_bytes)
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[tuple[str, str], Job] = {}  # (owner, name) -> the job
         self._opening: dict[tuple[str, str], list[Any]] = {}  # (owner, name) -> [its lock, holders]
@@ -256,7 +259,7 @@ class JobRegistry:
                            seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
                            collate=spec.collate, pad_value=spec.pad_value,
                            weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes,
-                           owner=owner, nulls=spec.nulls)
+                           owner=owner, nulls=spec.nulls, max_batch_bytes=self.max_batch_bytes)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
                    manifest=job_manifest(spec, index), priority=priority, owner=owner)
 

@@ -29,6 +29,12 @@ from shardstream.proto.wire import WIRE_DTYPES, Allocate, BatchFrame, FrameHeade
 from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex
+from shardstream.service.node.batch_bytes import (
+    DEFAULT_MAX_BATCH_BYTES,
+    check_batch_bytes,
+    gathered_nbytes,
+    sample_nbytes,
+)
 from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import Piece, ShardReader
@@ -79,6 +85,7 @@ class DecodeJob:
     owner: str = ""  # the identity that opened it: only that identity's streams get its batches
     max_cache_bytes: int | None = None  # prepared samples it may keep from each actor (prepared_cache.py)
     nulls: str = ""  # "mask": plain columns deliver nulls with <column>_mask (transforms/columns.py)
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES  # one batch as it is built (batch_bytes.py)
 
 
 @dataclass
@@ -114,6 +121,8 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                     raise _corrupt(job, index, exc) from None
             return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
         pieces = reader.pieces(indices)
+        check_batch_bytes(gathered_nbytes(pieces), job.max_batch_bytes, len(indices), len(indices),
+                          f"samples {_first_and_last(job, indices)}")
         try:
             return _gather_columns(job, pieces, indices, header, allocate, collation)
         except ShardstreamError:
@@ -130,6 +139,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     rows = dict(zip(missing, reader.read(used[missing]).to_pylist(), strict=True)) if missing else {}
     samples: list[dict[str, Any]] = []
     replaced = 0
+    built = 0  # bytes of the samples so far
     try:
         for position in range(len(used)):
             index = int(used[position])
@@ -146,6 +156,9 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 used[position] = index
                 samples.append(sample)
                 replaced += 1
+            built += sample_nbytes(samples[-1])
+            check_batch_bytes(built, job.max_batch_bytes, position + 1, len(used),
+                              f"samples {_first_and_last(job, used)}")
     finally:
         if prepared_samples is not None:
             prepared_samples.send_to_homes()

@@ -1,0 +1,50 @@
+"""One batch's bytes, bounded while a decode actor builds it.
+
+A job's `batch_size` is bounded (max_batch_size) and so is a sample's size, but not their
+product: a million large samples would be decoded into one batch before anything noticed. No
+batch larger than `max_message_bytes` can be sent, so a decoder stops building one as soon as
+it passes that: before gathering plain columns (their size is known from the row groups read),
+and sample by sample through a transform. The rank gets InvalidJobSpec naming the bound.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from shardstream.proto.errors import InvalidJobSpec
+
+DEFAULT_MAX_BATCH_BYTES = 1 << 30  # ServiceConfig.max_message_bytes's default
+
+
+def sample_nbytes(sample: Mapping[str, Any]) -> int:
+    """What one transformed sample adds to its batch (arrays, tensors, bytes and strings)."""
+    total = 0
+    for value in sample.values():
+        nbytes = getattr(value, "nbytes", None)
+        if nbytes is not None:
+            total += int(nbytes)
+        elif hasattr(value, "element_size") and hasattr(value, "numel"):  # a torch tensor
+            total += int(value.element_size() * value.numel())
+        elif isinstance(value, (bytes, str)):
+            total += len(value)
+        else:
+            total += 8
+    return total
+
+
+def gathered_nbytes(pieces: Sequence[Any]) -> int:
+    """About what gathering these pieces (row group tables and the rows taken of each) makes."""
+    return sum(int(p.table.nbytes * len(p.rows) / max(p.table.num_rows, 1)) for p in pieces)
+
+
+def check_batch_bytes(nbytes: int, limit: int, count: int, of: int, where: str) -> None:
+    """InvalidJobSpec once a batch built so far (`count` of its `of` samples) passes `limit`."""
+    if nbytes > limit:
+        done = "its samples" if count >= of else f"its first {count} of {of} samples"
+        raise InvalidJobSpec(f"the batch of {where} passes {limit:,} bytes with {done} ({nbytes:,} bytes): no "
+                             "batch may be larger than the service's max_message_bytes; lower batch_size "
+                             "(or the transform's output size)")
+
+
+__all__ = ["DEFAULT_MAX_BATCH_BYTES", "check_batch_bytes", "gathered_nbytes", "sample_nbytes"]
