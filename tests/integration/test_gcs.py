@@ -13,6 +13,9 @@ from collections.abc import Iterator
 import pytest
 
 from shardstream.client import DatasetChanged, DatasetNotFound, RemoteLoader
+from shardstream.service.dataset import stat_file
+from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node.storage_reader import StorageReader
 from tests.datasets import oracle_batches, write_images, write_indexed
 from tests.gcs_emulator import GcsEmulator, running_gcs_emulator
 
@@ -68,3 +71,22 @@ def test_an_object_overwritten_after_the_job_opened_is_dataset_changed(service_a
         with pytest.raises(DatasetChanged, match=rf"{url}' changed after the job opened it \(it was "
                            r"'generation=\d+', it is now 'generation=\d+'"):
             list(loader)
+
+
+def test_an_object_replaced_between_its_open_and_its_reads_is_never_read(gcs: GcsEmulator, tmp_path: object) -> None:
+    """A unit's reads name the generation the job pinned: an object replaced after the open's
+    check is DatasetChanged at the next read, not the new object's bytes."""
+    local = f"{tmp_path}/a.bin"
+    url = f"gs://{BUCKET}/pinned-read/a.bin"
+    with open(local, "wb") as f:
+        f.write(b"first " * 100)
+    gcs.upload(local, url)
+    _, _, _, version = stat_file(url, "file")
+    reader = StorageReader(SharedReadCounters())
+    with reader.open(url, version) as pinned:
+        assert pinned.read(6) == b"first "
+        with open(local, "wb") as f:
+            f.write(b"SECOND" * 100)
+        gcs.upload(local, url)  # a new generation, between the open and the next read
+        with pytest.raises(DatasetChanged, match=r"generation \d+ is no longer served"):
+            pinned.read(6)

@@ -7,8 +7,10 @@ against the identity the job pinned when it indexed the dataset: for a local
 file the opened descriptor's own stat (so a path swapped for a symlink to
 another file, or a file rewritten in place, is caught on the very read that
 would have returned its bytes), for an object store the generation or ETag the
-open fetched. A mismatch is `DatasetChanged` naming the file and both
-identities, never a silent mix of old and new samples.
+open fetched; a gs:// object is then read at that generation (pinned_object.py),
+so it cannot be replaced between the check and the read. A mismatch is
+`DatasetChanged` naming the file and both identities, never a silent mix of old
+and new samples.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from shardstream.proto.errors import DatasetNotFound, ShardstreamError, Unreadab
 from shardstream.service.dataset import Shard
 from shardstream.service.file_identity import check_opened
 from shardstream.service.formats import get_format
+from shardstream.service.node.pinned_object import PinnedObject, pinned_generation
 from shardstream.service.node.read_counters import SharedReadCounters
 
 FILE_FETCHERS = 16  # whole files of a unit fetched at once (file-list formats: latency, not CPU)
@@ -96,7 +99,11 @@ class StorageReader:
             raise DatasetNotFound(f"{url!r} disappeared while the job was running") from None
         with raw:
             check_opened(url, version, fs, path, raw)
-            yield CountingFile(raw, self.counters)
+            generation = pinned_generation(url, version)
+            if generation is not None:  # every read at the pinned generation, not the live object
+                yield CountingFile(PinnedObject(fs, path, url, generation, int(raw.size)), self.counters)
+            else:
+                yield CountingFile(raw, self.counters)
 
     def read_range(self, url: str, version: str, start: int, end: int) -> bytes:
         with self.open(url, version) as f:
@@ -114,7 +121,9 @@ class StorageReader:
                 fs, path = fsspec.core.url_to_fs(url)
                 with fs.open(path, "rb", cache_type="none") as raw:
                     check_opened(url, version, fs, path, raw)
-                    data = raw.read()
+                    generation = pinned_generation(url, version)
+                    data = (raw.read() if generation is None
+                            else PinnedObject(fs, path, url, generation, int(raw.size)).read())
             except Exception as exc:  # one file's fault is one sample's, named by the caller
                 return exc
             self.counters.count(storage_bytes=len(data))
