@@ -11,8 +11,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec, UnreadableShard
+from shardstream.proto.errors import (
+    DatasetChanged,
+    DatasetNotFound,
+    InvalidJobSpec,
+    UnreadableShard,
+)
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.file_identity import local_version
 from shardstream.service.formats import detect_format, get_format, index_dataset
 from shardstream.service.formats import webdataset as wds
 from shardstream.service.node.local_copy import RowGroupKey
@@ -197,6 +203,25 @@ def test_a_manifest_resolves_relative_urls_and_marks_missing_files_unreadable(tm
     assert table.column("bytes").to_pylist() == [b"AAA", None, b"E"]
     assert table.column("__unreadable__").to_pylist() == [None, f"file://{tmp_path}/data/nope.bin does not exist", None]
     assert index.describe(1) == f"file file://{tmp_path}/data/nope.bin"
+
+
+def test_the_files_a_manifest_names_are_pinned_when_the_job_opens(tmp_path: Path) -> None:
+    """Each named file's version comes from one listing of its directory; a file rewritten after
+    the job opened is DatasetChanged when a unit reads it, not its new bytes."""
+    (tmp_path / "data").mkdir()
+    for name in ("a.bin", "b.bin"):
+        (tmp_path / "data" / name).write_bytes(b"old")
+    (tmp_path / "elsewhere.bin").write_bytes(b"E")
+    manifest = _manifest(tmp_path / "data" / "m.csv", f"url\na.bin\nb.bin\nnope.bin\n{tmp_path}/elsewhere.bin\n")
+    index = index_dataset((manifest,), format="manifest")
+    [shard] = index.shards
+    assert shard.layout.versions == (local_version(os.stat(tmp_path / "data" / "a.bin")),
+                                      local_version(os.stat(tmp_path / "data" / "b.bin")), "",
+                                      local_version(os.stat(tmp_path / "elsewhere.bin")))
+    assert read_all(index).column("bytes").to_pylist() == [b"old", b"old", None, b"E"]
+    (tmp_path / "data" / "b.bin").write_bytes(b"new")
+    with pytest.raises(DatasetChanged, match=r"data/b\.bin' changed after the job opened it"):
+        read_all(index)
 
 
 @pytest.mark.parametrize(("text", "args", "message"), [

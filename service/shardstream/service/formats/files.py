@@ -29,7 +29,7 @@ class FileLayout:
     """A shard's files and its samples' other columns (row i is file i)."""
 
     urls: tuple[str, ...]
-    versions: tuple[str, ...]  # each file's version as listed, "" when not listed (a manifest's files)
+    versions: tuple[str, ...]  # each file's version when the job opened, "" for one that was not there
     columns: pa.Table
     bytes_column: str
     unit_files: int

@@ -41,6 +41,7 @@ from shardstream.service.dataset import (
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
 from shardstream.service.formats.files import file_shards, read_file_unit
+from shardstream.service.formats.listed_versions import listed_versions
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ class ManifestFormat:
         log.info("read %d manifest(s) of %s: %d files", len(manifests), list(dataset), len(urls))
         where = manifests[0] if len(manifests) == 1 else f"{posixpath.dirname(manifests[0])}/(manifests)"
         identity = hashlib.sha256("\n".join(identities).encode()).hexdigest()[:16]
-        shards = file_shards(self.name, where, urls, [""] * len(urls), [0] * len(urls), rows,
+        shards = file_shards(self.name, where, urls, listed_versions(urls), [0] * len(urls), rows,
                              bytes_column, f"{identity} {url_column}")
         schema = pa.schema([*rows.schema, pa.field(bytes_column, pa.binary())])
         return DatasetIndex(shards=shards, schema=check_columns(schema, columns, f"manifest {manifests[0]!r}"),
