@@ -18,6 +18,7 @@ import logging
 import math
 import shutil
 import sys
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,6 +36,7 @@ from bench.spec import ConsumerSpec
 from bench.stats import foreign_load_cores, summarize
 from bench.systems.tfrecords import tfrecord_dir
 from bench.targets import all_passed, evaluate
+from bench.verify_cost import VERIFY_REPORT_WAIT_S, free_port, verify_seconds
 from bench.workload import describe, jpeg_workload, prime_page_cache, transport_dataset
 
 log = logging.getLogger(__name__)
@@ -290,8 +292,9 @@ class Runner:
         epoch of another job, then the measured job (its warm-up epoch and measured epoch both warm)."""
         cfg = self.config
         cache_dir = Path(PREPARED_CACHE_ROOT) / f"shardstream-bench-{self.run_id}"
+        metrics_port = free_port()  # the decoders' verify time, scraped around the measured run
         settings = {"prepared_cache_memory_bytes": str(PREPARED_CACHE_BYTES),
-                    "prepared_cache_memory_dir": str(cache_dir)}
+                    "prepared_cache_memory_dir": str(cache_dir), "metrics_port": str(metrics_port)}
         try:
             with shardstream_service(cfg.cores, self.work_dir, log_name="service-prepared.log",
                                      config=settings) as service:
@@ -299,9 +302,15 @@ class Runner:
                 fill = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-fill{rep}")
                 fill.epochs, fill.warmup_batches = 1, 1
                 self._consume(fill, f"shardstream-prepared-fill-rep{rep}")
-                entry["prepared_cache"]["runs"].append(self._measure(self._workload_spec(
+                verified = verify_seconds(metrics_port)
+                run = self._measure(self._workload_spec(
                     "shardstream", workload_dir, address, f"bench-{self.run_id}-prepared{rep}"),
-                    f"shardstream-prepared-rep{rep}", service.pid))
+                    f"shardstream-prepared-rep{rep}", service.pid)
+                # Reports reach the head once a reconcile interval: wait for the last one.
+                time.sleep(VERIFY_REPORT_WAIT_S)
+                run["cache_verify_cpu_per_1k"] = ((verify_seconds(metrics_port) - verified) * 1000
+                                                  / max(1, run["samples"]))
+                entry["prepared_cache"]["runs"].append(run)
                 self._second_job(entry, workload_dir, address, rep)
         finally:
             shutil.rmtree(cache_dir, ignore_errors=True)
