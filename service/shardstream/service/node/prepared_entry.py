@@ -23,6 +23,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import math
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -139,7 +140,7 @@ def decode_entry(data: bytearray, key: SampleKey) -> dict[str, Any]:
     try:
         for name, kind, dtype, shape in header["fields"]:
             position += -position % ALIGN
-            count = int(np.prod(shape, dtype=np.int64))
+            count = math.prod(int(n) for n in shape)  # np.prod on a short shape costs 3 us
             array = np.frombuffer(data, dtype=np.dtype(dtype), count=count, offset=position).reshape(shape)
             position += array.nbytes
             sample[name] = SCALAR_KINDS[kind](array.item()) if kind in SCALAR_KINDS else (
