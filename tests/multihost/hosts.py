@@ -95,6 +95,15 @@ class Host:
     def restore(self) -> None:
         _ip("link", "set", self.link, "up")
 
+    def kill(self) -> None:
+        """SIGKILL every process on this host, as a machine that loses power (its link stays up)."""
+        listed = subprocess.run(["ip", "netns", "pids", self.netns], capture_output=True, text=True)
+        for pid in (int(p) for p in listed.stdout.split()):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
     def limit(self, mbit: float) -> None:
         """Cap this host's link at `mbit` Mbit/s both ways (token bucket; netem is not needed)."""
         rate = f"{mbit}mbit"

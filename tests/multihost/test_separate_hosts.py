@@ -4,8 +4,8 @@ A head, two decode hosts and a trainer host, each with its own address: `ray sta
 `ray start --address ... --resources '{"decode": 1}'` on each decode host, `shardstream serve
 --ray-address` on the head, and `torchrun --nproc-per-node 2` on the trainer. Every rank gets
 DistributedSampler's batches; the batch bytes come from the decode hosts, not through the head;
-a decode host's link cut mid-epoch and restored loses and repeats no batch; with the head's link
-cut, ranks keep receiving from the decoders.
+a decode host's link cut mid-epoch and restored, or the host killed, loses and repeats no batch;
+with the head's link cut, ranks keep receiving from the decoders.
 """
 
 from __future__ import annotations
@@ -112,9 +112,11 @@ def test_ranks_on_a_trainer_host_pull_exact_batches_from_two_decode_hosts(cluste
     assert sent["head"] < 0.05 * from_decoders  # the head plans; batch bytes do not pass through it
 
 
-def _paced(cluster: Cluster, tmp_path: Path, epochs: int, cut: Host, cut_s: float) -> dict[str, Any]:
-    """A paced rank on the trainer (0.1 s a batch, `epochs` epochs of 75 samples); `cut`'s link
-    down for `cut_s` once it has 4 batches. Returns its record and what it measured."""
+def _paced(cluster: Cluster, tmp_path: Path, epochs: int, cut: Host, cut_s: float,
+           fault: str = "cut") -> dict[str, Any]:
+    """A paced rank on the trainer (0.1 s a batch, `epochs` epochs of 75 samples); once it has 4
+    batches, `cut`'s link down for `cut_s` (fault "cut") or every process on it killed ("kill").
+    Returns its record and what it measured."""
     data, out = tmp_path / "data", tmp_path / "out"
     write_indexed(str(data), [40, 35])
     out.mkdir()
@@ -126,10 +128,13 @@ def _paced(cluster: Cluster, tmp_path: Path, epochs: int, cut: Host, cut_s: floa
     while not (progress.exists() and int(progress.read_text() or 0) >= 4):
         assert rank.poll() is None and time.monotonic() < deadline, (cluster.root / "paced.log").read_text()[-3000:]
         time.sleep(0.1)
-    cut.cut()
     cut_at = time.monotonic()
-    time.sleep(cut_s)
-    cut.restore()
+    if fault == "kill":
+        cut.kill()
+    else:
+        cut.cut()
+        time.sleep(cut_s)
+        cut.restore()
     assert rank.wait(timeout=180) == 0, (cluster.root / "paced.log").read_text()[-3000:]
     record: dict[str, Any] = json.loads((out / "epoch.json").read_text())
     for epoch, got in enumerate(record["epochs"]):
@@ -160,3 +165,19 @@ def test_a_decode_host_cut_mid_epoch_and_restored_loses_and_repeats_nothing(clus
              "%.1f s; %d step(s) refetched from the other decoder", CUT_S, record["ended_after_cut_s"],
              record["longest_wait_s"], record["refetched"])
     assert record["longest_wait_s"] < CUT_S + 30  # the rank did not wait out its 120 s timeout
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_decode_host_killed_mid_epoch_loses_and_repeats_nothing(cluster: Cluster, tmp_path: Path) -> None:
+    """Every process of a decode host (its raylet, its decode actor) SIGKILLed mid-epoch: the rank
+    gets that host's steps from the other one. Last in the module: the host stays dead."""
+    record = _paced(cluster, tmp_path, 2, cluster.net["decode-b"], 0.0, fault="kill")
+    log.info("decode host killed: 2 epochs ended %.1f s after; longest wait between batches %.1f s; %d step(s) "
+             "refetched from the other decoder", record["ended_after_cut_s"], record["longest_wait_s"],
+             record["refetched"])
+    assert record["longest_wait_s"] < 30  # not the rank's 120 s timeout
+    deadline = time.monotonic() + 90  # the kill took: the service drops the host's decoder
+    while "1 decoder(s) on 1 node(s)" not in _status(cluster.net["trainer"], cluster.address):
+        assert time.monotonic() < deadline, _status(cluster.net["trainer"], cluster.address)
+        time.sleep(1)
