@@ -95,6 +95,21 @@ SENDER_FAILURES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.
                    grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
 
 
+class ListingClock:
+    """When a rank last asked the service for its job's decoders. Each epoch's fetcher refreshes
+    first when the interval since then has passed, then every DECODERS_REFRESH_S, so epochs
+    shorter than the interval still see decoders that joined."""
+
+    def __init__(self) -> None:
+        self._at = time.monotonic()
+
+    def listed(self) -> None:
+        self._at = time.monotonic()
+
+    def next_in_s(self) -> float:
+        return max(0.0, DECODERS_REFRESH_S - (time.monotonic() - self._at))
+
+
 @dataclass(frozen=True)
 class FetchTarget:
     """What one epoch's fetch is for."""
@@ -210,7 +225,7 @@ class DirectPrefetcher:
                  channels: DecoderChannels, stats: LoaderStats | None = None,
                  list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True,
                  bulk: bool = True, data_stall: Callable[[], float | None] = lambda: None,
-                 first_refresh_s: float | None = None) -> None:
+                 listing: ListingClock | None = None) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from (no decode "
                                      "node has joined its Ray cluster yet, or its actors are still starting)")
@@ -236,8 +251,7 @@ class DirectPrefetcher:
         for address in addresses:
             self._add_sender(address)
         if list_decoders is not None:
-            first = DECODERS_REFRESH_S if first_refresh_s is None else first_refresh_s
-            threading.Thread(target=self._refresh, args=(list_decoders, first), daemon=True,
+            threading.Thread(target=self._refresh, args=(list_decoders, listing or ListingClock()), daemon=True,
                              name=f"shardstream-decoders {describe}").start()
         track_stream(self)
 
@@ -256,16 +270,13 @@ class DirectPrefetcher:
                                          name=f"shardstream-fetch {address} {self._describe}")
         sender.thread.start()
 
-    def _refresh(self, list_decoders: Callable[[], Sequence[str]], first_wait_s: float) -> None:
-        """Draw on decoders that joined since the epoch began (a decode node added): first after
-        `first_wait_s` (what is left of the interval since the rank last asked, so epochs shorter
-        than it still see new decoders), then every DECODERS_REFRESH_S. In the background: a
-        service that does not answer never holds the training loop."""
-        wait = first_wait_s
-        while not self._stop.wait(wait):
-            wait = DECODERS_REFRESH_S
+    def _refresh(self, list_decoders: Callable[[], Sequence[str]], listing: ListingClock) -> None:
+        """Draw on decoders that joined since the epoch began (a decode node added), on the rank's
+        listing clock. In the background: a service that does not answer never holds the loop."""
+        while not self._stop.wait(listing.next_in_s()):
             try:
                 addresses = list_decoders()
+                listing.listed()
             except Exception as exc:  # the service restarting: the streams go on without it
                 log.debug("%s: cannot list decoders now (%s)", self._describe, exc)
                 continue
@@ -397,4 +408,4 @@ def _describe_failure(failure: BaseException | None) -> str:
     return str(failure)
 
 
-__all__ = ["DirectPrefetcher", "FetchTarget"]
+__all__ = ["DirectPrefetcher", "FetchTarget", "ListingClock"]

@@ -23,12 +23,11 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from shardstream.client import fetcher
 from shardstream.client.auth import Token
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, NoProgress, ServiceConnection
 from shardstream.client.distributed import default_job_name, resolve_rank_world
-from shardstream.client.fetcher import DirectPrefetcher, FetchTarget
+from shardstream.client.fetcher import DirectPrefetcher, FetchTarget, ListingClock
 from shardstream.client.job_spec import job_spec
 from shardstream.client.profiling import NamedWaits
 from shardstream.client.stall import LoopWaits
@@ -209,7 +208,7 @@ class RemoteLoader:
         self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS, credentials)  # the direct data plane's
         try:
             self.job = self._connection.open_job(self._open_request(), self.timeout)
-            self._listed_at = time.monotonic()  # when the job's decoders were last asked for
+            self._listing = ListingClock()  # when the job's decoders were last asked for
         except ShardstreamError:
             self._connection.close()
             raise
@@ -336,8 +335,7 @@ class RemoteLoader:
         return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch, self.window_bytes, convert,
                                 self.timeout, describe,
                                 self._decoder_channels, self.stats, self._list_decoders, self.shared_memory,
-                                self.bulk_socket, data_stall=lambda: self.data_stall,
-                                first_refresh_s=max(0.0, fetcher.DECODERS_REFRESH_S - (time.monotonic() - self._listed_at)))
+                                self.bulk_socket, data_stall=lambda: self.data_stall, listing=self._listing)
 
     @property
     def window_bytes(self) -> int:
@@ -351,7 +349,6 @@ class RemoteLoader:
         the next epoch starts with this list, not the one the job was opened with (no stream to an
         actor that has since gone)."""
         self.job = self._connection.open_job(self._open_request(), min(self.timeout, 10.0))
-        self._listed_at = time.monotonic()
         return list(self.job.batch_servers)
 
     def state_dict(self) -> dict[str, Any]:

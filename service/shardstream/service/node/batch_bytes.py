@@ -9,7 +9,7 @@ and sample by sample through a transform. The rank gets InvalidJobSpec naming th
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shardstream.proto.errors import InvalidJobSpec
@@ -38,11 +38,12 @@ def gathered_nbytes(pieces: Sequence[Any]) -> int:
     return sum(int(p.table.nbytes * len(p.rows) / max(p.table.num_rows, 1)) for p in pieces)
 
 
-def check_batch_bytes(nbytes: int, limit: int, count: int, of: int, where: str) -> None:
-    """InvalidJobSpec once a batch built so far (`count` of its `of` samples) passes `limit`."""
+def check_batch_bytes(nbytes: int, limit: int, count: int, of: int, where: Callable[[], str]) -> None:
+    """InvalidJobSpec once a batch built so far (`count` of its `of` samples) passes `limit`;
+    `where` names the batch, asked only then (it runs for every sample)."""
     if nbytes > limit:
         done = "its samples" if count >= of else f"its first {count} of {of} samples"
-        raise InvalidJobSpec(f"the batch of {where} passes {limit:,} bytes with {done} ({nbytes:,} bytes): no "
+        raise InvalidJobSpec(f"the batch of {where()} passes {limit:,} bytes with {done} ({nbytes:,} bytes): no "
                              "batch may be larger than the service's max_message_bytes; lower batch_size "
                              "(or the transform's output size)")
 

@@ -122,7 +122,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
             return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
         pieces = reader.pieces(indices)
         check_batch_bytes(gathered_nbytes(pieces), job.max_batch_bytes, len(indices), len(indices),
-                          f"samples {_first_and_last(job, indices)}")
+                          lambda: f"samples {_first_and_last(job, indices)}")
         try:
             return _gather_columns(job, pieces, indices, header, allocate, collation)
         except ShardstreamError:
@@ -158,7 +158,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 replaced += 1
             built += sample_nbytes(samples[-1])
             check_batch_bytes(built, job.max_batch_bytes, position + 1, len(used),
-                              f"samples {_first_and_last(job, used)}")
+                              lambda: f"samples {_first_and_last(job, used)}")
     finally:
         if prepared_samples is not None:
             prepared_samples.send_to_homes()

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -28,12 +27,10 @@ from typing import Any
 import pyarrow as pa
 
 from shardstream.service.node.cache_fault import CacheFault
-from shardstream.service.node.entry_checksum import checksum
+from shardstream.service.node.entry_frame import PREFIX, open_frame, seal
 
 MAGIC = b"SSCOPY2\n"
 FORMAT = 2  # part of every file's name: files of an older format are never looked up
-PREFIX = struct.Struct("<8sIIQ")  # magic, checksum, header length, whole length
-CHECKED_FROM = 12
 ALIGN = 64  # Arrow's preferred buffer alignment
 
 
@@ -51,10 +48,8 @@ def write_entry(path: str, key: list[Any], table: pa.Table) -> int:
     header = json.dumps({"key": key}).encode()
     pad = b"\0" * (-(PREFIX.size + len(header)) % ALIGN)
     length = PREFIX.size + len(header) + len(pad) + payload.size
-    lengths = struct.pack("<IQ", len(header), length)
-    crc = checksum(lengths, header, pad, payload)
     with open(path, "wb") as f:
-        f.writelines([MAGIC, struct.pack("<I", crc), lengths, header, pad, memoryview(payload)])
+        f.writelines(seal(MAGIC, header, [pad, memoryview(payload)], length))
     return length
 
 
@@ -85,28 +80,11 @@ def read_entry(path: str, key: list[Any]) -> MappedEntry | None:
     except (OSError, pa.ArrowException) as exc:  # a directory in the file's place, no permission, EIO
         raise CacheFault("io_error", f"{type(exc).__name__}: {exc}") from exc
     started = time.perf_counter()
-    if data.size < PREFIX.size:
-        raise CacheFault("short_read", f"{data.size} bytes, shorter than an entry's prefix")
-    magic, crc, header_length, length = PREFIX.unpack_from(memoryview(data)[: PREFIX.size])
-    if magic != MAGIC:
-        raise CacheFault("format", "not a local-copy entry (no magic)")
-    if data.size < length:
-        raise CacheFault("short_read", f"{data.size} of {length} bytes")
-    if data.size > length:
-        raise CacheFault("format", f"{data.size - length} bytes past the entry's end")
-    try:
-        if checksum(data.slice(CHECKED_FROM)) != crc:
-            raise CacheFault("checksum", "the bytes are not the ones written (crc32c)")
-    except OSError as exc:  # the mapped pages could not be read (a failing disk)
-        raise CacheFault("io_error", f"{type(exc).__name__}: {exc}") from exc
-    try:
-        stored = json.loads(data.slice(PREFIX.size, header_length).to_pybytes())["key"]
-    except (ValueError, TypeError, KeyError) as exc:
-        raise CacheFault("format", f"unreadable header: {exc}") from exc
+    stored_header, start = open_frame(data, MAGIC, "local-copy")
+    stored = stored_header["key"]
     if stored != key:
         raise CacheFault("key", f"holds row group {stored[1:]} of {stored[0]!r}, not {key[1:]} of {key[0]!r}"
                          if isinstance(stored, list) and len(stored) == 3 else f"holds {stored!r}, not {key!r}")
-    start = PREFIX.size + header_length
     start += -start % ALIGN
     try:
         table = pa.ipc.open_file(data.slice(start)).read_all()

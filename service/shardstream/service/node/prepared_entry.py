@@ -24,19 +24,16 @@ import functools
 import hashlib
 import json
 import math
-import struct
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from shardstream.service.node.cache_fault import CacheFault
-from shardstream.service.node.entry_checksum import checksum
+from shardstream.service.node.entry_frame import PREFIX, open_frame, seal
 
 MAGIC = b"SSPREP2\n"
 FORMAT = 2  # part of every folder name: entries of an older format are never looked up
-PREFIX = struct.Struct("<8sIIQ")  # magic, checksum, header length, whole length
-CHECKED_FROM = 12  # the checksum covers everything after itself
 ALIGN = 16
 SCALAR_KINDS = {"int": int, "float": float, "bool": bool}
 
@@ -79,37 +76,22 @@ def encode_entry(key: SampleKey, sample: dict[str, Any]) -> list[bytes | memoryv
         fields.append([name, kind, array.dtype.str, list(array.shape)])
         blocks.append(array.reshape(-1).view(np.uint8).data if array.size else memoryview(b""))
     header = json.dumps({"key": [key.prepare, key.shard, key.row], "fields": fields}).encode()
-    body: list[bytes | memoryview] = [header]
+    rest: list[bytes | memoryview] = []
     position = PREFIX.size + len(header)
     for block in blocks:
         pad = -position % ALIGN
-        body += [b"\0" * pad, block]
+        rest += [b"\0" * pad, block]
         position += pad + len(block)
-    lengths = struct.pack("<IQ", len(header), position)
-    crc = checksum(lengths, *body)
-    return [MAGIC, struct.pack("<I", crc), lengths, *body]
+    return seal(MAGIC, header, rest, position)
 
 
-def _checked_header(data: bytearray) -> dict[str, Any]:
-    """The header of a sound entry; CacheFault when the bytes are not the ones written."""
-    if len(data) < PREFIX.size:
-        raise CacheFault("short_read", f"{len(data)} bytes, shorter than an entry's prefix")
-    magic, crc, header_length, length = PREFIX.unpack_from(data)
-    if magic != MAGIC:
-        raise CacheFault("format", "not a prepared-sample entry (no magic)")
-    if len(data) < length:
-        raise CacheFault("short_read", f"{len(data)} of {length} bytes")
-    if len(data) > length:
-        raise CacheFault("format", f"{len(data) - length} bytes past the entry's end")
-    if checksum(memoryview(data)[CHECKED_FROM:]) != crc:
-        raise CacheFault("checksum", "the bytes are not the ones written (crc32c)")
-    try:
-        header = json.loads(bytes(data[PREFIX.size: PREFIX.size + header_length]))
-        if not isinstance(header, dict) or "key" not in header or "fields" not in header:
-            raise ValueError("no key or fields")
-    except ValueError as exc:
-        raise CacheFault("format", f"unreadable header: {exc}") from exc
-    return header
+def _checked_header(data: bytearray) -> tuple[dict[str, Any], int]:
+    """The header of a sound entry and where the fields begin; CacheFault when the bytes are not
+    the ones written."""
+    header, end = open_frame(data, MAGIC, "prepared-sample")
+    if "fields" not in header:
+        raise CacheFault("format", "unreadable header: no fields")
+    return header, end
 
 
 def _key_of(header: dict[str, Any]) -> tuple[str, str, int]:
@@ -123,19 +105,18 @@ def _key_of(header: dict[str, Any]) -> tuple[str, str, int]:
 def verify_file(data: bytearray, folder: str, row: int) -> None:
     """Check that `data` is a sound entry stored as (folder, row): what a home node checks before
     it sends a sample or keeps one given to it (it knows the place, not the whole key)."""
-    prepare, shard, stored_row = _key_of(_checked_header(data))
+    prepare, shard, stored_row = _key_of(_checked_header(data)[0])
     if (folder_of(prepare, shard), stored_row) != (folder, row):
         raise CacheFault("key", f"holds row {stored_row} of {folder_of(prepare, shard)}, not row {row} of {folder}")
 
 
 def decode_entry(data: bytearray, key: SampleKey) -> dict[str, Any]:
     """The sample `data` holds, verified to be `key`'s; arrays are writable views of `data`."""
-    header = _checked_header(data)
+    header, position = _checked_header(data)
     prepare, shard, row = _key_of(header)
     if (prepare, shard, row) != (key.prepare, key.shard, key.row):
         raise CacheFault("key", f"holds row {row} of {shard!r} (prepare {prepare}), not row {key.row} of "
                                 f"{key.shard!r} (prepare {key.prepare})")
-    position = PREFIX.size + struct.unpack_from("<I", data, CHECKED_FROM)[0]
     sample: dict[str, Any] = {}
     try:
         for name, kind, dtype, shape in header["fields"]:

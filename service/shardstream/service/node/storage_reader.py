@@ -116,18 +116,11 @@ class StorageReader:
 
     def read_files(self, files: list[tuple[str, str]]) -> Iterator[bytes | BaseException]:
         def fetch(entry: tuple[str, str]) -> bytes | BaseException:
-            url, version = entry
             try:
-                fs, path = fsspec.core.url_to_fs(url)
-                with fs.open(path, "rb", cache_type="none") as raw:
-                    check_opened(url, version, fs, path, raw)
-                    generation = pinned_generation(url, version)
-                    data = (raw.read() if generation is None
-                            else PinnedObject(fs, path, url, generation, int(raw.size)).read())
+                with self.open(*entry) as f:  # counted, checked, at the pinned generation
+                    return bytes(f.read())
             except Exception as exc:  # one file's fault is one sample's, named by the caller
                 return exc
-            self.counters.count(storage_bytes=len(data))
-            return data
 
         return self._fetchers.map(fetch, files)
 
