@@ -62,7 +62,9 @@ def test_the_configmap_loads_into_the_service_config() -> None:
               "dataset_protocols": ["file", "gs", "hdfs"], "max_world_size": 4096, "max_batch_size": 8192,
               "max_shuffle_block": 1 << 20, "max_bucket_window": 100, "max_epoch": 10_000, "max_seq_len": 8192,
               "max_image_side": 1024, "max_dataset_entries": 500, "max_columns": 64, "max_url_chars": 512,
-              "max_name_chars": 128, "max_jobs": 50, "max_args_bytes": 4096, "max_args_depth": 8}
+              "max_name_chars": 128, "max_jobs": 50, "max_args_bytes": 4096, "max_args_depth": 8,
+              # with num_decoders set, the scaling policy is off (they exclude each other)
+              "autoscale_max_decoders": None, "autoscale_min_decoders": 2, "autoscale_window_s": 5.0}
     assert set(config) == set(default_values()["config"]), "exercise every config value"
     data = render({"config": config, "service": {"port": 6001}, "metrics": {"port": 9300},
                    "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy"}}}).config_map

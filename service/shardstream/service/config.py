@@ -48,6 +48,17 @@ class ServiceConfig:
         chart="auto, the head's own Ray")
     num_decoders: int | None = setting(
         None, "decode actors (unset: one per unit of the cluster's `decode` resource)", minimum=1)
+    autoscale_max_decoders: int | None = setting(
+        None, "size the decode pool by demand, up to this many actors: the service asks the cluster for decode "
+        "capacity while ranks wait for data and an added decoder still raises their throughput (the Ray "
+        "autoscaler; on Kubernetes the HPA scales decode workers on shardstream_decoders_wanted), and drains "
+        "decoders when demand falls (docs/decode-scaling.md). Unset: the pool follows the cluster's `decode` "
+        "resource", minimum=1)
+    autoscale_min_decoders: int = setting(
+        1, "the fewest decode actors the scaling policy keeps (with autoscale_max_decoders)", minimum=1)
+    autoscale_window_s: float = setting(
+        10.0, "the scaling policy's measuring window: demand is averaged over it, and a change is judged a "
+        "window after its decoders are ready, seconds", above=0)
     decoder_cpus: float = setting(
         1.0, "CPUs each decode actor reserves; a decode worker offers floor(decode.cpus / decoder_cpus) units",
         above=0)
@@ -182,6 +193,12 @@ class ServiceConfig:
             raise ValueError("tls_cert_file and tls_key_file go together: set both, or neither")
         if self.tls_client_ca_file and not self.tls_cert_file:
             raise ValueError("tls_client_ca_file needs TLS on: set tls_cert_file and tls_key_file too")
+        if self.autoscale_max_decoders is not None and self.num_decoders is not None:
+            raise ValueError("num_decoders fixes the pool's size and autoscale_max_decoders sizes it by demand: "
+                             "set one of them")
+        if self.autoscale_max_decoders is not None and self.autoscale_min_decoders > self.autoscale_max_decoders:
+            raise ValueError(f"autoscale_min_decoders ({self.autoscale_min_decoders}) must be <= "
+                             f"autoscale_max_decoders ({self.autoscale_max_decoders})")
         if self.data_port_base and self.data_port_base + self.data_ports - 1 > 65535:
             raise ValueError(f"data_port_base + data_ports - 1 must be <= 65535, got "
                              f"{self.data_port_base + self.data_ports - 1}")
