@@ -12,13 +12,16 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
+import uuid
 from contextlib import ExitStack, closing
 from pathlib import Path
 from typing import Any
 
 MARKER = "SHARDSTREAM_TEST_PROCESS"
 START_DEADLINE_S = 150
+BIN = Path(sys.executable).parent  # the environment's scripts: ray, shardstream, torchrun
 
 
 def free_ports(n: int) -> list[int]:
@@ -92,4 +95,26 @@ def tcp_open(port: int) -> bool:
         return False
 
 
-__all__ = ["MARKER", "START_DEADLINE_S", "end_all", "free_ports", "marked_pids", "tail", "tcp_open", "wait_until"]
+class Hosts:
+    """Processes started like a user's shell would start them, each in its own process group."""
+
+    def __init__(self, root: Path) -> None:
+        self.root, self.marker = root, uuid.uuid4().hex
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def env(self, home: Path) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SHARDSTREAM_"))}
+        return {**base, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0", MARKER: self.marker,
+                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+    def start(self, argv: list[str], home: Path, log: str,
+              env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        """`argv` in its own process group, output to `log` under the root; `env` added."""
+        with open(self.root / log, "wb") as f:
+            p = subprocess.Popen(argv, env={**self.env(home), **(env or {})}, stdout=f, stderr=subprocess.STDOUT,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+        self.processes.append(p)
+        return p
+
+
+__all__ = ["BIN", "MARKER", "START_DEADLINE_S", "Hosts", "end_all", "free_ports", "marked_pids", "tail", "tcp_open", "wait_until"]

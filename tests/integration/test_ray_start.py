@@ -9,13 +9,11 @@ never by `ray stop`.
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,29 +21,9 @@ import pytest
 
 from shardstream.client import RemoteLoader
 from tests.datasets import oracle_batches, write_indexed
-from tests.processes import MARKER, end_all, free_ports, marked_pids, tail, tcp_open, wait_until
+from tests.processes import Hosts, end_all, free_ports, marked_pids, tail, tcp_open, wait_until
 
 BIN = Path(sys.executable).parent
-
-
-class Hosts:
-    """Processes started like a user's shell would start them, each in its own process group."""
-
-    def __init__(self, root: Path) -> None:
-        self.root, self.marker = root, uuid.uuid4().hex
-        self.processes: list[subprocess.Popen[bytes]] = []
-
-    def env(self, home: Path) -> dict[str, str]:
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("RAY_", "SHARDSTREAM_"))}
-        return {**base, "HOME": str(home), "RAY_USAGE_STATS_ENABLED": "0", MARKER: self.marker,
-                "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
-
-    def start(self, argv: list[str], home: Path, log: str) -> subprocess.Popen[bytes]:
-        with open(self.root / log, "wb") as f:
-            p = subprocess.Popen(argv, env=self.env(home), stdout=f, stderr=subprocess.STDOUT,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
-        self.processes.append(p)
-        return p
 
 
 @pytest.fixture

@@ -50,9 +50,10 @@ from shardstream.client.shared_slots import SlotPool, is_local_address, shared_m
 from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import Batch, batch_nbytes
-from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
+from shardstream.proto import DECODERS_REFRESH_S, FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.errors import (
     DeadlineExceeded,
+    DecoderDraining,
     JobNotFound,
     ServiceUnavailable,
     ShardstreamError,
@@ -63,8 +64,6 @@ from shardstream.proto.wire import BatchView, BulkOffer, WireError, parse_batch
 
 log = logging.getLogger(__name__)
 
-# How often a rank asks the service for its job's decoders, to draw on ones that joined.
-DECODERS_REFRESH_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -323,17 +322,23 @@ class DirectPrefetcher:
             if isinstance(failure, grpc.RpcError) and not _sender_failure(failure):
                 self._error = self._error or from_rpc_error(failure)  # the request is wrong: say so
             else:
-                self._drop(sender.address, _describe_failure(failure))
+                drained = isinstance(failure, grpc.RpcError) and isinstance(from_rpc_error(failure), DecoderDraining)
+                self._drop(sender.address, _describe_failure(failure), drained)
             self._cond.notify_all()
 
-    def _drop(self, address: str, why: str) -> None:
-        """Give a failed decoder's steps to the others (holding the lock)."""
+    def _drop(self, address: str, why: str, drained: bool = False) -> None:
+        """Give a failed or drained decoder's steps to the others (holding the lock)."""
         if address not in self._scheduler.senders:
             return  # dropped already
         lost = self._scheduler.failed(address)
         self._last_failure = f"{address}: {why}"
-        self._stats.decoders_lost += 1
         self._stats.steps_refetched += len(lost)
+        if drained:  # the service gave it back: it sent what it had accepted
+            self._stats.decoders_drained += 1
+            log.info("%s: decoder %s was drained; steps it had not accepted (%s) go to the others",
+                     self._describe, address, lost)
+            return
+        self._stats.decoders_lost += 1
         log.warning("%s: decoder %s failed (%s); its steps %s go to the others", self._describe, address, why,
                     lost)
 

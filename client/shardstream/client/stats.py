@@ -24,6 +24,7 @@ class LoaderStats:
     wait_seconds: float = 0.0
     decoders_lost: int = 0  # direct data plane: decoder streams that failed under this loader
     steps_refetched: int = 0  # ... and the steps then asked of other decoders
+    decoders_drained: int = 0  # decoders the service gave back (drained) under this loader: not failures
     shared_batches: int = 0  # batches a decoder on this host wrote into shared memory (not sent)
     bulk_batches: int = 0  # batches a decoder on another host sent on a bulk socket (not on gRPC)
     steps_at_home: int = 0  # steps asked of a decoder on their home host (placement.py), of `batches`

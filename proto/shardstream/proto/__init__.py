@@ -14,5 +14,8 @@ SERVICE_NAME = "shardstream.v1.Loader"
 # method themselves instead of using the generated stub.
 BATCH_SERVICE_NAME = "shardstream.v1.BatchServer"
 FETCH_BATCHES_METHOD = f"/{BATCH_SERVICE_NAME}/FetchBatches"
+# A rank asks the service for its job's decoders at least this often (client/fetcher.py), so a
+# decoder that joins serves every rank within it: the scaling policy judges a step only after it.
+DECODERS_REFRESH_S = 10.0
 
-__all__ = ["BATCH_SERVICE_NAME", "FETCH_BATCHES_METHOD", "PROTOCOL_VERSION", "SERVICE_NAME"]
+__all__ = ["BATCH_SERVICE_NAME", "DECODERS_REFRESH_S", "FETCH_BATCHES_METHOD", "PROTOCOL_VERSION", "SERVICE_NAME"]

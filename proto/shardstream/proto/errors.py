@@ -111,6 +111,11 @@ class ServiceUnavailable(ShardstreamError, ConnectionError):
     code = grpc.StatusCode.UNAVAILABLE
 
 
+class DecoderDraining(ServiceUnavailable):
+    """A decode actor the scaling policy is giving back: it sent every batch it had accepted and
+    ends the stream; the rank asks the other decoders for the rest (nothing is lost or repeated)."""
+
+
 class DeadlineExceeded(ShardstreamError, TimeoutError):
     """A wait ran past its deadline."""
 
@@ -148,6 +153,7 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         JobSpecConflict,
         ProtocolMismatch,
         ServiceUnavailable,
+        DecoderDraining,
         DeadlineExceeded,
         StorageBusy,
         TooManyJobs,

@@ -215,6 +215,7 @@ def _status_text(address: str, status: Any) -> str:
     nodes = {d.node_id for d in status.decoder_status}
     lines = [f"service {address}: protocol v{status.protocol_version}, {status.decoders} decoder(s) "
              f"on {len(nodes)} node(s), up {status.uptime_seconds:.0f} s, {len(status.jobs)} job(s)"]
+    lines.extend(_scaling_lines(status.scaling))
     reads = {r.node_id: r for r in status.node_reads}
     for node in sorted(nodes | set(reads)):
         here = [d for d in status.decoder_status if d.node_id == node]
@@ -235,6 +236,19 @@ def _status_text(address: str, status: Any) -> str:
             lines.append(f"    {job.format or 'parquet'} dataset {job.dataset_fingerprint}, pipeline {job.pipeline_hash}")
         lines.extend(_status_ranks(job))
     return "\n".join(lines) + "\n"
+
+
+def _scaling_lines(scaling: Any) -> list[str]:
+    """The decode scaling policy's last decision and why (docs/decode-scaling.md)."""
+    if not scaling.enabled:
+        return []
+    lines = [f"  decode scaling ({scaling.min_decoders}-{scaling.max_decoders}): wants {scaling.wanted}, "
+             f"{scaling.ready} ready, {scaling.draining} draining; decoders busy {scaling.busy_ratio:.0%}; "
+             f"{scaling.decisions_up} up, {scaling.decisions_down} down so far",
+             f"    now: {scaling.decision}: {scaling.reason}"]
+    if scaling.last_change:
+        lines.append(f"    last change, {scaling.last_change_seconds_ago:.0f} s ago: {scaling.last_change}")
+    return lines
 
 
 def _status_ranks(job: Any) -> list[str]:

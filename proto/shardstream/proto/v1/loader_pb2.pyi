@@ -292,18 +292,50 @@ class NodeReads(_message.Message):
     prepared_peer_hits: int
     def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., prepared_memory_hits: _Optional[int] = ..., prepared_disk_hits: _Optional[int] = ..., prepared_misses: _Optional[int] = ..., prepared_memory_bytes: _Optional[int] = ..., prepared_disk_bytes: _Optional[int] = ..., prepared_peer_hits: _Optional[int] = ...) -> None: ...
 
+class DecodeScalingStatus(_message.Message):
+    __slots__ = ("enabled", "min_decoders", "max_decoders", "wanted", "ready", "draining", "busy_ratio", "decision", "reason", "last_change", "last_change_seconds_ago", "decisions_up", "decisions_down")
+    ENABLED_FIELD_NUMBER: _ClassVar[int]
+    MIN_DECODERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DECODERS_FIELD_NUMBER: _ClassVar[int]
+    WANTED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    DRAINING_FIELD_NUMBER: _ClassVar[int]
+    BUSY_RATIO_FIELD_NUMBER: _ClassVar[int]
+    DECISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    LAST_CHANGE_SECONDS_AGO_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_UP_FIELD_NUMBER: _ClassVar[int]
+    DECISIONS_DOWN_FIELD_NUMBER: _ClassVar[int]
+    enabled: bool
+    min_decoders: int
+    max_decoders: int
+    wanted: int
+    ready: int
+    draining: int
+    busy_ratio: float
+    decision: str
+    reason: str
+    last_change: str
+    last_change_seconds_ago: float
+    decisions_up: int
+    decisions_down: int
+    def __init__(self, enabled: _Optional[bool] = ..., min_decoders: _Optional[int] = ..., max_decoders: _Optional[int] = ..., wanted: _Optional[int] = ..., ready: _Optional[int] = ..., draining: _Optional[int] = ..., busy_ratio: _Optional[float] = ..., decision: _Optional[str] = ..., reason: _Optional[str] = ..., last_change: _Optional[str] = ..., last_change_seconds_ago: _Optional[float] = ..., decisions_up: _Optional[int] = ..., decisions_down: _Optional[int] = ...) -> None: ...
+
 class ServiceStatus(_message.Message):
-    __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status", "node_reads")
+    __slots__ = ("protocol_version", "decoders", "jobs", "uptime_seconds", "decoder_status", "node_reads", "scaling")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     DECODERS_FIELD_NUMBER: _ClassVar[int]
     JOBS_FIELD_NUMBER: _ClassVar[int]
     UPTIME_SECONDS_FIELD_NUMBER: _ClassVar[int]
     DECODER_STATUS_FIELD_NUMBER: _ClassVar[int]
     NODE_READS_FIELD_NUMBER: _ClassVar[int]
+    SCALING_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     decoders: int
     jobs: _containers.RepeatedCompositeFieldContainer[JobStatus]
     uptime_seconds: float
     decoder_status: _containers.RepeatedCompositeFieldContainer[DecoderStatus]
     node_reads: _containers.RepeatedCompositeFieldContainer[NodeReads]
-    def __init__(self, protocol_version: _Optional[int] = ..., decoders: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., decoder_status: _Optional[_Iterable[_Union[DecoderStatus, _Mapping]]] = ..., node_reads: _Optional[_Iterable[_Union[NodeReads, _Mapping]]] = ...) -> None: ...
+    scaling: DecodeScalingStatus
+    def __init__(self, protocol_version: _Optional[int] = ..., decoders: _Optional[int] = ..., jobs: _Optional[_Iterable[_Union[JobStatus, _Mapping]]] = ..., uptime_seconds: _Optional[float] = ..., decoder_status: _Optional[_Iterable[_Union[DecoderStatus, _Mapping]]] = ..., node_reads: _Optional[_Iterable[_Union[NodeReads, _Mapping]]] = ..., scaling: _Optional[_Union[DecodeScalingStatus, _Mapping]] = ...) -> None: ...

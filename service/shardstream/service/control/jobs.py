@@ -56,6 +56,7 @@ class JobCounters:
     samples_served: int = 0
     bytes_served: int = 0
     samples_replaced: int = 0
+    busy_seconds: float = 0.0  # decode-actor seconds its batches took (the scaling policy's demand)
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class Job:
     _positions: dict[int, int] = field(default_factory=dict)  # rank -> epoch * batches + step
     _rates: dict[int, RateMeter] = field(default_factory=dict)  # rank -> batches sent per second
     _stalls: dict[int, tuple[float, float]] = field(default_factory=dict)  # rank -> (data stall, when sent)
+    _stall_arrived: dict[int, float] = field(default_factory=dict)  # rank -> time.monotonic() its stall came here
     last_active: float = field(default_factory=time.monotonic)
     throughput: RateMeter = field(default_factory=RateMeter)  # samples served per second
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -114,6 +116,14 @@ class Job:
         with self._lock:
             if at >= self._stalls.get(rank, (0.0, float("-inf")))[1]:
                 self._stalls[rank] = (min(1.0, max(0.0, stall)), at)
+                self._stall_arrived[rank] = time.monotonic()
+
+    def worst_stall(self, since: float) -> float | None:
+        """The largest data stall of the ranks whose stall reached the service at or after `since`
+        (time.monotonic()): the ranks fetching now. None: none did."""
+        with self._lock:
+            recent = [self._stalls[rank][0] for rank, arrived in self._stall_arrived.items() if arrived >= since]
+        return max(recent, default=None)
 
     def ranks(self) -> list[RankProgress]:
         """Every rank decoders have sent a batch to or heard a data stall from, by rank."""
@@ -130,7 +140,8 @@ class Job:
                                          stalls.get(rank)))
         return progress
 
-    def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0) -> None:
+    def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0,
+              busy_s: float = 0.0) -> None:
         with self._lock:
             self.last_active = time.monotonic()
             c = self.counters
@@ -140,6 +151,7 @@ class Job:
                 self.throughput.add(samples)
             c.bytes_served += nbytes
             c.samples_replaced += replaced
+            c.busy_seconds += busy_s
 
 
 def _both(first: Callable[[str], None], then: Callable[[str], None], url: str) -> None:
@@ -284,7 +296,7 @@ class JobRegistry:
             job = self._jobs.get(job_id)
         if job is None:
             return
-        job.count(batches=served.batches, samples=served.samples, nbytes=served.nbytes)
+        job.count(batches=served.batches, samples=served.samples, nbytes=served.nbytes, busy_s=served.busy_seconds)
         positions = job.rank_positions()
         for rank, (epoch, step) in served.positions.items():
             # Several actors serve a rank and report apart: a report may be behind another's.

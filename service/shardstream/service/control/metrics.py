@@ -19,6 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from shardstream.service.control.bounded import StorageCalls
+from shardstream.service.control.decode_scaling import DecodeScaling
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.identities import Refusals
@@ -29,12 +30,13 @@ log = logging.getLogger(__name__)
 
 ERROR_CODES = ("INVALID_ARGUMENT", "NOT_FOUND", "FAILED_PRECONDITION", "PERMISSION_DENIED", "UNAUTHENTICATED",
                "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED", "UNAVAILABLE", "INTERNAL")
+DECODERS_WANTED = "shardstream_decoders_wanted"  # one definition: the HPA's metric (helm/shardstream)
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
 
 class ServiceMetrics:
     def __init__(self, registry: JobRegistry, pool: DecodePool, storage_calls: StorageCalls,
-                 refusals: Refusals | None = None) -> None:
+                 refusals: Refusals | None = None, scaling: DecodeScaling | None = None) -> None:
         self.prometheus = CollectorRegistry()
         self.decode_seconds = Histogram(
             "shardstream_decode_seconds", "Time a decode actor spent producing one batch",
@@ -48,6 +50,7 @@ class ServiceMetrics:
               "Storage calls (dataset listings) still running past their request's deadline",
               registry=self.prometheus).set_function(lambda: storage_calls.abandoned)
         self.prometheus.register(_StateCollector(registry, pool))
+        self.prometheus.register(_ScalingCollector(pool, scaling))
         if refusals is not None:  # with a tokens file
             self.prometheus.register(_RefusalsCollector(refusals))
 
@@ -75,6 +78,33 @@ class _RefusalsCollector(Collector):
         for (identity, reason), count in sorted(self.refusals.totals().items()):
             family.add_metric([identity, reason], count)
         yield family
+
+
+class _ScalingCollector(Collector):
+    """What the decode pool wants and has (decode_scaling.py): the HPA scales decode pods on
+    shardstream_decoders_wanted, the same number the service asks the Ray autoscaler for."""
+
+    def __init__(self, pool: DecodePool, scaling: DecodeScaling | None) -> None:
+        self.pool = pool
+        self.scaling = scaling
+
+    def collect(self) -> Iterator[Metric]:
+        state = self.scaling.state if self.scaling is not None else None
+        yield GaugeMetricFamily(
+            DECODERS_WANTED, "Decode actors the scaling policy wants now (without it: the pool's size); the "
+            "HPA scales decode pods on it", value=state.decision.wanted if state is not None else self.pool.size)
+        yield GaugeMetricFamily("shardstream_decoders_draining",
+                                "Decode actors being given back: not listed, finishing what they accepted",
+                                value=self.pool.draining)
+        decisions = CounterMetricFamily("shardstream_scaling_decisions",
+                                        "The scaling policy's decisions to change the pool's size", labels=["direction"])
+        decisions.add_metric(["up"], state.up if state is not None else 0)
+        decisions.add_metric(["down"], state.down if state is not None else 0)
+        yield decisions
+        if state is not None:
+            yield GaugeMetricFamily(
+                "shardstream_decode_busy_ratio", "The decoders' busy share over the scaling policy's last window",
+                value=state.busy / max(state.ready, 1))
 
 
 class _StateCollector(Collector):
@@ -189,4 +219,4 @@ class _StateCollector(Collector):
                     verify)
 
 
-__all__ = ["ServiceMetrics"]
+__all__ = ["DECODERS_WANTED", "ServiceMetrics"]

@@ -3,6 +3,10 @@
 Size: `num_decoders` when set, else one actor per unit of the cluster's
 `decode` resource, re-read every `reconcile_s`: when a node with `decode`
 resources joins, actors start there; when one leaves, its actors are dropped.
+With the scaling policy on (decode_scaling.py), at most the actors it wants:
+surplus ones are drained (they stop being listed, send every batch they had
+accepted, end their streams with DecoderDraining) and then killed, so their
+capacity goes back to the cluster without a batch lost or repeated.
 
 Failover is the pool's, not Ray's (actors have no automatic restarts, which
 would park work on an actor that may never be placed again): when an actor
@@ -39,6 +43,7 @@ from shardstream.service.tls import TlsFiles
 log = logging.getLogger(__name__)
 
 DECODE_RESOURCE = "decode"
+DRAIN_TIMEOUT_S = 30.0  # a draining actor with streams still open after this is killed (ranks refetch)
 REPORTS_PER_S = 100.0  # the actor reports the coordinator takes a second, at most (0.07 cores)
 
 
@@ -51,6 +56,7 @@ def report_interval(actors: int, floor_s: float) -> float:
 class SlotState(enum.Enum):
     STARTING = "starting"  # created, not yet answering
     READY = "ready"
+    DRAINING = "draining"  # being given back: not listed, finishing the batches it accepted
     DEAD = "dead"
 
 
@@ -67,12 +73,17 @@ class _Slot:
     heartbeat: Any = None  # ObjectRef of the last liveness probe
     next_report: float = 0.0  # time.monotonic() at which to ask for the next one
     opening: dict[str, Any] | None = None  # job id -> its open_job call, while the actor starts
+    ready_at: float = 0.0  # time.monotonic() it became ready
+    drain_started: float = 0.0  # ... it was told to drain
+    reported_at: float = 0.0  # ... its last report arrived
 
 
 class DecodePool:
     def __init__(self, num_decoders: int | None, decoder_cpus: float, read_settings: ReadSettings,
-                 reconcile_s: float = 1.0, serving: ServeSettings | None = None, tls: TlsFiles | None = None) -> None:
+                 reconcile_s: float = 1.0, serving: ServeSettings | None = None, tls: TlsFiles | None = None,
+                 wanted: int | None = None) -> None:
         self._fixed = num_decoders
+        self._wanted = wanted  # the scaling policy's size (set_wanted); None: the policy is off
         # Following the cluster means one actor per `decode` unit; a fixed count on a
         # cluster without that resource places actors by CPU alone.
         use_resource = num_decoders is None or DECODE_RESOURCE in ray.cluster_resources()
@@ -103,6 +114,7 @@ class DecodePool:
         # ... and the streams they refused by the tokens file: (identity, reason) -> count
         self.on_refused: Callable[[dict[tuple[str, str], int]], None] = lambda _refusals: None
         self.replaced_actors = 0  # actors lost (killed, crashed, node gone)
+        self.drained_actors = 0  # actors given back by the scaling policy
         self._reconcile_s = reconcile_s
         self._reconcile()
         self._watcher = threading.Thread(target=self._watch, args=(reconcile_s,), name="shardstream-pool",
@@ -114,7 +126,14 @@ class DecodePool:
     def desired(self) -> int:
         if self._fixed is not None:
             return self._fixed
-        return int(ray.cluster_resources().get(DECODE_RESOURCE, 0))
+        units = int(ray.cluster_resources().get(DECODE_RESOURCE, 0))
+        return units if self._wanted is None else min(units, self._wanted)
+
+    def set_wanted(self, wanted: int) -> None:
+        """The scaling policy's size: actors start up to it as the cluster has room, and beyond it
+        are drained at the next reconcile."""
+        with self._cond:
+            self._wanted = wanted
 
     def _watch(self, interval_s: float) -> None:
         while not self._stopped.wait(interval_s):
@@ -131,21 +150,55 @@ class DecodePool:
             for slot in self._slots:
                 if slot.state is SlotState.STARTING:
                     self._check_started(slot)
-                elif slot.state is SlotState.READY and slot.node_id not in alive_nodes:
+                elif slot.node_id not in alive_nodes:
                     self._bury(slot, "its node left the cluster")
-                elif slot.state is SlotState.READY:
+                else:
                     self._check_alive(slot, interval)
+                    if slot.state is SlotState.DRAINING:
+                        self._check_drained(slot)
             self._slots = [s for s in self._slots if s.state is not SlotState.DEAD]
-            live = len(self._slots)
-            for _ in range(desired - live):
+            live = [s for s in self._slots if s.state is not SlotState.DRAINING]
+            for _ in range(desired - len(live)):
                 self._slots.append(self._spawn())
-            surplus = live - desired
-            for slot in [s for s in self._slots if s.state is SlotState.STARTING][:max(surplus, 0)]:
-                ray.kill(slot.actor, no_restart=True)  # cannot be placed: its capacity is gone
+            surplus = len(live) - desired
+            for slot in [s for s in live if s.state is SlotState.STARTING][:max(surplus, 0)]:
+                ray.kill(slot.actor, no_restart=True)  # cannot be placed, or no longer wanted
                 slot.state = SlotState.DEAD
+                surplus -= 1
+            for slot in self._drain_order()[:max(surplus, 0)]:
+                self._drain(slot)
             self._slots = [s for s in self._slots if s.state is not SlotState.DEAD]
             self._share_peers()
             self._cond.notify_all()
+
+    def _drain_order(self) -> list[_Slot]:
+        """Ready actors, the first to give back first: those on nodes with the fewest ready actors
+        (the whole node is freed soonest, and the autoscaler can remove it), newest first."""
+        ready = [s for s in self._slots if s.state is SlotState.READY]
+        per_node: dict[str, int] = {}
+        for slot in ready:
+            per_node[slot.node_id] = per_node.get(slot.node_id, 0) + 1
+        return sorted(ready, key=lambda s: (per_node[s.node_id], -s.ready_at))
+
+    def _drain(self, slot: _Slot) -> None:
+        """Stop listing the actor and tell it to finish what it accepted (holding the lock)."""
+        slot.state = SlotState.DRAINING
+        slot.drain_started = time.monotonic()
+        slot.actor.drain.remote()
+        self.drained_actors += 1
+        log.info("draining the decode actor on node %s (%s): the pool wants fewer", slot.node_id[:12],
+                 slot.batch_address)
+
+    def _check_drained(self, slot: _Slot) -> None:
+        """Kill a draining actor once a report after the drain shows no stream open and nothing
+        queued, or when DRAIN_TIMEOUT_S has passed (its ranks then fetch what is left elsewhere)."""
+        now = time.monotonic()
+        idle = slot.reported_at > slot.drain_started and not slot.streaming and not slot.queued
+        if idle or now - slot.drain_started > DRAIN_TIMEOUT_S:
+            ray.kill(slot.actor, no_restart=True)
+            slot.state = SlotState.DEAD
+            log.info("gave back the decode actor on node %s after %.1f s of draining%s", slot.node_id[:12],
+                     now - slot.drain_started, "" if idle else " (streams still open: their ranks refetch)")
 
     def _share_peers(self) -> None:
         """Tell every ready actor the ready actors of each node, when they changed (holding the lock)."""
@@ -195,6 +248,7 @@ class DecodePool:
                 log.exception("a decode actor could not open a job")
         slot.state = SlotState.READY
         slot.opening = None
+        slot.ready_at = time.monotonic()
         log.info("decode actor ready on node %s", slot.node_id[:12])
 
     def _check_alive(self, slot: _Slot, interval_s: float) -> None:
@@ -215,6 +269,7 @@ class DecodePool:
             self._reads.setdefault(slot.node_id, ReadCounters()).add(report.reads)
             slot.decoded += sum(served.batches for served in report.served.values())
             slot.queued, slot.streaming = report.queued, report.streaming
+            slot.reported_at = time.monotonic()
             for job_id, served in report.served.items():
                 self.on_served(job_id, served)
             self.on_decoded(report.decode_seconds)
@@ -267,6 +322,17 @@ class DecodePool:
     def size(self) -> int:
         with self._cond:
             return sum(s.state is SlotState.READY for s in self._slots)
+
+    @property
+    def draining(self) -> int:
+        with self._cond:
+            return sum(s.state is SlotState.DRAINING for s in self._slots)
+
+    @property
+    def settled(self) -> bool:
+        """No actor starting or draining."""
+        with self._cond:
+            return all(s.state is SlotState.READY for s in self._slots)
 
     def status(self) -> list[tuple[str, int, int]]:
         """(node id, steps queued at its last report, batches sent) of each ready decode actor."""

@@ -23,9 +23,11 @@ from shardstream.service.config import ServiceConfig
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.auth import Gate
 from shardstream.service.control.bounded import StorageCalls
+from shardstream.service.control.decode_scaling import DecodeScaling, request_from_ray
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
+from shardstream.service.control.scaling_policy import PolicySettings, ScalingPolicy
 from shardstream.service.control.servicer import LoaderServicer, lenient_parser
 from shardstream.service.identities import IdentityFile, Refusals
 from shardstream.service.node.decoder import ReadSettings
@@ -58,6 +60,7 @@ class Service:
     storage_calls: StorageCalls
     metrics_server: WSGIServer | None = None
     gate: Gate | None = None  # with a tokens file (auth.py)
+    scaling: DecodeScaling | None = None  # with autoscale_max_decoders (decode_scaling.py)
     _stopped: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
@@ -90,6 +93,8 @@ class Service:
 
     def stop(self, grace: float = 5.0) -> None:
         self._stopped.set()
+        if self.scaling is not None:
+            self.scaling.stop()
         self.health.enter_graceful_shutdown()
         self.server.stop(grace).wait()
         if self.metrics_server is not None:
@@ -126,7 +131,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
         config.prepared_cache_memory_dir, config.prepared_cache_memory_bytes,
         config.prepared_cache_disk_dir, config.prepared_cache_disk_bytes),
         serving=dataclasses.replace(config.batch_serving, identities=identities.table if identities is not None else None),
-        tls=TlsFiles.of(config))
+        tls=TlsFiles.of(config), wanted=config.autoscale_min_decoders if config.autoscale_max_decoders else None)
     pool.on_refused = refusals.add  # what the decoders' batch servers refused
     pool.wait_ready(ACTOR_START_TIMEOUT_S)
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes,
@@ -134,8 +139,9 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
                            priority_weights(config.priority_classes), config.job_max_cache_bytes,
                            config.max_jobs, config.max_message_bytes)
     pool.on_served = registry.record_served
+    scaling = _decode_scaling(config, pool, registry)
     storage_calls = StorageCalls(config.max_abandoned_storage_calls)
-    metrics = ServiceMetrics(registry, pool, storage_calls, refusals if identities is not None else None)
+    metrics = ServiceMetrics(registry, pool, storage_calls, refusals if identities is not None else None, scaling)
     gate = (Gate(identities, refusals, on_unauthenticated=metrics.errors.labels("UNAUTHENTICATED").inc)
             if identities is not None else None)
     server = grpc.server(
@@ -145,7 +151,7 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     )
     pool.on_decoded = metrics.batches_decoded
     server.add_generic_rpc_handlers(
-        (_loader_handler(LoaderServicer(config, registry, pool, metrics, storage_calls, gate)),))
+        (_loader_handler(LoaderServicer(config, registry, pool, metrics, storage_calls, gate, scaling)),))
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = (server.add_secure_port(config.address, credentials) if credentials is not None
@@ -161,8 +167,21 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
              f" (tokens: {len(identities.table.identities)} identities)" if identities is not None else "", pool.size)
     service = Service(server=server, pool=pool, registry=registry, health=health_servicer,
                       metrics=metrics, config=config, storage_calls=storage_calls,
-                      metrics_server=metrics_server, gate=gate)
+                      metrics_server=metrics_server, gate=gate, scaling=scaling)
     return service, port
+
+
+def _decode_scaling(config: ServiceConfig, pool: DecodePool, registry: JobRegistry) -> DecodeScaling | None:
+    """The scaling policy, when autoscale_max_decoders is set. It starts at its minimum: with no
+    job yet that is what it would come to at its first window anyway."""
+    if config.autoscale_max_decoders is None:
+        return None
+    policy = ScalingPolicy(PolicySettings(config.autoscale_min_decoders, config.autoscale_max_decoders),
+                           start=config.autoscale_min_decoders)
+    log.info("decode scaling on: %d to %d decoders, judged every %.0f s; starting at %d",
+             config.autoscale_min_decoders, config.autoscale_max_decoders, config.autoscale_window_s, policy.wanted)
+    return DecodeScaling(policy, pool, registry, config.autoscale_window_s,
+                         lambda wanted: request_from_ray(wanted, config.decoder_cpus))
 
 
 __all__ = ["Service", "create_server", "grpc_options"]

@@ -31,6 +31,7 @@ from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.auth import Gate, caller
 from shardstream.service.control.bounded import StorageCalls
+from shardstream.service.control.decode_scaling import DecodeScaling
 from shardstream.service.control.jobs import Job, JobRegistry, RankProgress
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
@@ -96,8 +97,10 @@ def _check_version(version: int) -> None:
 
 class LoaderServicer(pb_grpc.LoaderServicer):
     def __init__(self, config: ServiceConfig, registry: JobRegistry, pool: DecodePool,
-                 metrics: ServiceMetrics, storage_calls: StorageCalls, gate: Gate | None = None) -> None:
+                 metrics: ServiceMetrics, storage_calls: StorageCalls, gate: Gate | None = None,
+                 scaling: DecodeScaling | None = None) -> None:
         self.config = config
+        self.scaling = scaling  # the decode scaling policy's loop, when on (decode_scaling.py)
         self.gate = gate  # None: no tokens file, no identities (auth.py)
         self.registry = registry
         self.pool = pool
@@ -151,7 +154,22 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n, decoded=done)
                             for node, n, done in self.pool.status()],
             node_reads=[_node_reads(node, reads) for node, reads in sorted(self.pool.reads_by_node().items())],
+            scaling=_scaling_status(self.scaling, self.pool),
         )
+
+
+def _scaling_status(scaling: DecodeScaling | None, pool: DecodePool) -> pb.DecodeScalingStatus:
+    if scaling is None:
+        return pb.DecodeScalingStatus(enabled=False, wanted=pool.size, ready=pool.size, draining=pool.draining)
+    state, settings = scaling.state, scaling.policy.settings
+    last = state.last_change
+    return pb.DecodeScalingStatus(
+        enabled=True, min_decoders=settings.min_decoders, max_decoders=settings.max_decoders,
+        wanted=state.decision.wanted, ready=pool.size, draining=pool.draining,
+        busy_ratio=state.busy / max(state.ready, 1), decision=state.decision.direction, reason=state.decision.reason,
+        last_change=last.reason if last is not None else "",
+        last_change_seconds_ago=time.monotonic() - state.changed_at if last is not None else 0.0,
+        decisions_up=state.up, decisions_down=state.down)
 
 
 def _node_reads(node: str, r: ReadCounters) -> pb.NodeReads:

@@ -16,6 +16,7 @@ class JobServed:
     batches: int = 0
     samples: int = 0
     nbytes: int = 0
+    busy_seconds: float = 0.0  # spent decoding its batches (the scaling policy's demand, decode_scaling.py)
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> latest (epoch, step)
     # rank -> (the data stall its latest want here carried, time.time() that want arrived)
     stalls: dict[int, tuple[float, float]] = field(default_factory=dict)

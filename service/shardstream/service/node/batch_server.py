@@ -32,6 +32,7 @@ from shardstream.proto import BATCH_SERVICE_NAME, PROTOCOL_VERSION
 from shardstream.proto.errors import (
     ERROR_METADATA_KEY,
     DeadlineExceeded,
+    DecoderDraining,
     InvalidJobSpec,
     PermissionDenied,
     ProtocolMismatch,
@@ -68,6 +69,14 @@ DecodeStep = Callable[[str, int, int, int, Allocate], DecodedBatch]
 OnSent = Callable[[str, int, int, int, int, int], None]
 # A want read from a stream, where its batch goes, and its decoding (queued at once).
 _Wanted = tuple[pb.Want, Allocate, "asyncio.Task[DecodedBatch]"]
+
+
+class _Wake:
+    """Put in a stream's queue of wants to make its serving loop look at the drain flag."""
+
+
+_WAKE = _Wake()
+_Queued = _Wanted | BaseException | _Wake | None
 # Wants of one stream queued for decoding at once; beyond it the stream reads no more until one
 # is sent. The rank's window bounds them first (a few batches).
 PIPELINED_WANTS = 8
@@ -102,6 +111,8 @@ class BatchServer:
         self._credentials = credentials_from(tls) if tls is not None else None
         self._tls = tls
         self._bulk: BulkListener | None = None  # the bulk port (bulk_listener.py)
+        self._draining = False  # the pool is giving this actor back (drain)
+        self._queues: set[asyncio.Queue[_Queued]] = set()  # each open stream's wants (the loop's thread only)
         self._thread = threading.Thread(target=self._run, args=(host, ports, max_message_bytes, started),
                                         name="shardstream-batch-server", daemon=True)
         self._thread.start()
@@ -172,6 +183,17 @@ class BatchServer:
             started.set()
         self._loop.run_forever()
 
+    def drain(self) -> None:
+        """Stop taking wants: each stream sends the batches it accepted, then ends with
+        DecoderDraining, and its rank asks the other decoders for the rest."""
+        self._loop.call_soon_threadsafe(self._start_draining)
+
+    def _start_draining(self) -> None:
+        self._draining = True
+        for queue in self._queues:  # an idle stream's loop is waiting for a want: wake it
+            if not queue.full():
+                queue.put_nowait(_WAKE)
+
     def stop(self, grace: float = 1.0) -> None:
         if self._bulk is not None:
             self._loop.call_soon_threadsafe(self._bulk.close)
@@ -241,7 +263,7 @@ class BatchServer:
         connection: BulkConnection | None = None
         sending: asyncio.Task[None] | None = None  # the last frame going out on it
         # The wants read so far, each already queued for decoding (in its job's turn), in order.
-        wants: asyncio.Queue[_Wanted | BaseException | None] = asyncio.Queue(PIPELINED_WANTS)
+        wants: asyncio.Queue[_Queued] = asyncio.Queue(PIPELINED_WANTS)
         reading: asyncio.Task[None] | None = None
         try:
             if opened.bulk:  # answered either way: the rank holds its wants until it knows
@@ -249,7 +271,17 @@ class BatchServer:
                 token = offer.token
                 yield encode_bulk_offer(offer)
             reading = loop.create_task(self._read_wants(requests, opened, slots, wants, loop, identity, peer))
-            while (item := await wants.get()) is not None:
+            self._queues.add(wants)
+            while True:
+                if self._draining and wants.empty():  # every want it accepted is sent
+                    await _sent(sending)
+                    raise DecoderDraining(f"decoder {self.address} is being given back (the service's scaling "
+                                          "policy drains it): it sent every batch it had accepted")
+                item = await wants.get()
+                if item is None:
+                    break
+                if isinstance(item, _Wake):
+                    continue
                 if isinstance(item, BaseException):
                     raise item
                 want, allocate, decoding = item
@@ -279,6 +311,7 @@ class BatchServer:
                 yield message
             await _sent(sending)  # the last frame, before the socket closes
         finally:
+            self._queues.discard(wants)
             if reading is not None:
                 reading.cancel()
             _cancel_waiting(wants)
@@ -294,7 +327,7 @@ class BatchServer:
                 pass
 
     async def _read_wants(self, requests: AsyncIterator[Any], opened: pb.FetchOpen, slots: StreamSlots,
-                          wants: asyncio.Queue[_Wanted | BaseException | None],
+                          wants: asyncio.Queue[_Queued],
                           loop: asyncio.AbstractEventLoop, identity: Identity | None = None, peer: str = "") -> None:
         """Read the stream's wants as they come and queue each one's decoding at once, so a rank's
         wants wait in its job's queue (fair_queue.py) while earlier batches are being sent; None
@@ -305,6 +338,9 @@ class BatchServer:
                 if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
                     raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
                 want = control.want
+                if self._draining:  # not accepted: the rank asks another decoder for it
+                    await wants.put(_WAKE)
+                    continue
                 self._check_owner(identity, opened.job_id, peer)
                 if want.max_bytes < 0:
                     raise InvalidJobSpec(f"a want's max_bytes must be >= 0 (0: no limit), got {want.max_bytes}")
@@ -335,7 +371,7 @@ class BatchServer:
             self.queued -= 1
 
 
-def _cancel_waiting(wants: asyncio.Queue[_Wanted | BaseException | None]) -> None:
+def _cancel_waiting(wants: asyncio.Queue[_Queued]) -> None:
     """The stream ended: its wants' decoding that has not started will not."""
     while not wants.empty():
         item = wants.get_nowait()

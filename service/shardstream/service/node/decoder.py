@@ -132,6 +132,7 @@ class DecodeWorker:
         with self._lock:
             self._report.reads.add(batch.reads)
             self._report.decode_seconds.append(batch.decode_seconds)
+            self._report.served.setdefault(job_id, JobServed()).busy_seconds += batch.decode_seconds
         return batch
 
     def _sent(self, job_id: str, epoch: int, rank: int, step: int, samples: int, nbytes: int) -> None:
@@ -152,6 +153,11 @@ class DecodeWorker:
         for (job_id, rank), stall in self._batch_server.take_stalls().items():
             report.served.setdefault(job_id, JobServed()).stalls[rank] = stall
         return report
+
+    def drain(self) -> None:
+        """The pool gives this actor back: its streams end once the batches they were promised are
+        sent (BatchServer.drain); the pool kills it when none is left open."""
+        self._batch_server.drain()
 
     def batch_address(self) -> str:
         """host:port of this actor's batch server (FetchBatches)."""
