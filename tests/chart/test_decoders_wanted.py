@@ -133,10 +133,14 @@ def test_inconsistent_values_are_refused(values: dict[str, Any], message: str) -
 
 
 def test_consistent_bounds_render() -> None:
-    spec = _hpa(_values(30, cpus=8, decoder_cpus=1.0, minReplicas=2, maxReplicas=4,
-                        config={"autoscale_min_decoders": 9}))
+    values = _values(30, cpus=8, decoder_cpus=1.0, minReplicas=2, maxReplicas=4,
+                     config={"autoscale_min_decoders": 9}, behavior={"scaleUp": {"tolerance": "0"}})
+    spec = _hpa(values)
     assert (spec["minReplicas"], spec["maxReplicas"]) == (2, 4)
     assert spec["metrics"][0]["external"]["target"]["averageValue"] == "8"
+    # The user's behavior is kept beside the chart's scale-down window (tolerance: Kubernetes 1.33+).
+    assert spec["behavior"] == {"scaleUp": {"tolerance": "0"}, "scaleDown": {"stabilizationWindowSeconds": 300}}
+    assert "2 to 4 decode workers (autoscaled on the decoders the scaling policy wants)" in render(values).notes
 
 
 def test_the_adapter_rule_serves_the_name_the_service_exports() -> None:
