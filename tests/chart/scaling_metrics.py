@@ -15,5 +15,5 @@ DRAINING = "shardstream_decoders_draining"
 DECISIONS = "shardstream_scaling_decisions_total"
 # The decoders' busy share over the policy's last window, 0..1.
 BUSY_RATIO = "shardstream_decode_busy_ratio"
-# Series only a service with the policy on (config.autoscale_max_decoders) is expected to export.
+# The policy's own series: a service with a fixed pool (num_decoders) need not export them.
 SCALING_METRICS = frozenset({WANTED, DRAINING, DECISIONS, BUSY_RATIO})
