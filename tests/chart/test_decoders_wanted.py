@@ -12,6 +12,7 @@ import helm_python as helm
 import pytest
 import yaml
 
+from shardstream.service.control import metrics as service_metrics
 from tests.chart.chart import FULLNAME, ROOT, default_values, lint, render, validate
 from tests.chart.scaling_metrics import WANTED
 
@@ -37,6 +38,13 @@ def _hpa(values: dict[str, Any]) -> dict[str, Any]:
 def test_it_is_off_by_default_and_named_as_the_service_exports_it() -> None:
     wanted = default_values()["decode"]["autoscaling"]["metrics"]["decodersWanted"]
     assert wanted == {"enabled": False, "metricName": WANTED}
+
+
+def test_the_name_is_the_services_own_definition() -> None:
+    defined = getattr(service_metrics, "DECODERS_WANTED", None)
+    if defined is None:
+        pytest.skip("the service defines no DECODERS_WANTED in control/metrics.py")
+    assert defined == WANTED
 
 
 @pytest.mark.parametrize(("cpus", "decoder_cpus", "units", "max_replicas"), [
