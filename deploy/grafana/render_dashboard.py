@@ -334,6 +334,10 @@ def draw(dashboard: dict[str, Any], series: dict[int, list[tuple[str, np.ndarray
         left, width = g["x"] / 24 * width_in + gap, g["w"] / 24 * width_in - 2 * gap
         top = height_in - header_in - g["y"] * unit_in - gap
         height = g["h"] * unit_in - 2 * gap
+        if panel["type"] == "row":  # a header line over the panels below it
+            fig.text((left + 0.05) * fx, (top - height / 2) * fy, panel["title"], fontsize=11,
+                     color="#ffffff", va="center", weight="bold")
+            continue
         fig.add_artist(Rectangle((left * fx, (top - height) * fy), width * fx, height * fy,
                                  transform=fig.transFigure, facecolor=PANEL, edgecolor=BORDER, lw=0.8,
                                  zorder=-1))
@@ -415,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
             time.sleep(3)  # the last scrapes
             series: dict[int, list[tuple[str, np.ndarray, np.ndarray]]] = {}
             for panel in dashboard["panels"]:
+                if panel["type"] == "row":
+                    continue
                 series[panel["id"]] = []
                 for target in panel["targets"]:
                     expr = substitute(target["expr"], args.rate_interval)

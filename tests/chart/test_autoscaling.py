@@ -1,4 +1,5 @@
-"""The decode HPA on CPU and on external metrics (data stall, queue depth), rendered by the real Helm engine."""
+"""The decode HPA on CPU and on external metrics (data stall, queue depth), rendered by the real Helm engine;
+on the scaling policy's wanted decoders: test_decoders_wanted.py."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ def test_defaults_are_cpu_only() -> None:
     metrics = default_values()["decode"]["autoscaling"]["metrics"]
     assert metrics["cpu"]["enabled"] is True
     assert metrics["dataStall"]["enabled"] is False and metrics["queueDepth"]["enabled"] is False
+    assert metrics["decodersWanted"]["enabled"] is False
     assert render().of_kind("HorizontalPodAutoscaler") == []
     spec = _hpa(_autoscaling())["spec"]
     # Exactly what the chart rendered before external metrics existed.
@@ -80,6 +82,9 @@ def test_an_hpa_with_nothing_to_scale_on_is_refused() -> None:
     {"dataStall": {"metricName": "not a metric"}},
     {"dataStall": {"threshold": 0.1}},
     {"memory": {"enabled": True}},
+    {"decodersWanted": {"targetAverageValue": 2}},  # the target is a worker's decode units, not a value
+    {"decodersWanted": {"metricName": "not a metric"}},
+    {"decodersWanted": {"selector": {"service": 1}}},
 ])
 def test_the_schema_refuses_bad_metric_values(metrics: dict[str, Any]) -> None:
     with pytest.raises(helm.HelmValuesError):
@@ -88,17 +93,25 @@ def test_the_schema_refuses_bad_metric_values(metrics: dict[str, Any]) -> None:
 
 def test_the_example_values_and_the_adapter_rules_agree() -> None:
     values = yaml.safe_load((ROOT / "deploy" / "autoscaling-values.yaml").read_text())
+    report = lint(values)
+    assert report["errors"] == [] and [m for m in report["messages"] if m["severity"] >= 2] == [], report
     out = render(values)
     (hpa,) = out.of_kind("HorizontalPodAutoscaler")
     validate(hpa)
-    external = {m["external"]["metric"]["name"]: m["external"]["target"]
-                for m in hpa["spec"]["metrics"] if m["type"] == "External"}
-    assert external == {"shardstream_job_data_stall_ratio": {"type": "Value", "value": "0.1"},
-                        "shardstream_decode_queue_depth": {"type": "AverageValue", "averageValue": "4"}}
-    assert [m["type"] for m in hpa["spec"]["metrics"]] == ["Resource", "External", "External"]
+    # The example is the recommended one: the policy's wanted decoders alone, 2 decode units a worker.
+    assert hpa["spec"]["metrics"] == [{"type": "External", "external": {
+        "metric": {"name": "shardstream_decoders_wanted", "selector": {"matchLabels": {"service": "demo-shardstream"}}},
+        "target": {"type": "AverageValue", "averageValue": "2"}}}]
+    assert hpa["spec"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"] >= 2 * values["config"]["autoscale_window_s"]
+    assert out.config_map["SHARDSTREAM_AUTOSCALE_MAX_DECODERS"] == "32"
+    # The adapter serves every external metric the chart can ask for, each under its own name.
+    metrics = default_values()["decode"]["autoscaling"]["metrics"]
+    external = {m["metricName"] for m in metrics.values() if "metricName" in m}
+    assert external == {"shardstream_decoders_wanted", "shardstream_job_data_stall_ratio",
+                        "shardstream_decode_queue_depth"}
     adapter = yaml.safe_load((ROOT / "deploy" / "prometheus-adapter-values.yaml").read_text())
     rules = {rule["name"]["as"]: rule for rule in adapter["rules"]["external"]}
-    assert rules.keys() == external.keys()
+    assert rules.keys() == external
     for name, rule in rules.items():
         assert f'__name__="{name}"' in rule["seriesQuery"]
         assert rule["resources"]["overrides"] == {"namespace": {"resource": "namespace"}}

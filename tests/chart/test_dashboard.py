@@ -19,6 +19,14 @@ from prometheus_client.parser import text_string_to_metric_families
 from shardstream.client import RemoteLoader
 from shardstream.service.control.server import Service
 from tests.chart.chart import ROOT, default_values
+from tests.chart.scaling_metrics import (
+    BUSY_RATIO,
+    DECISIONS,
+    DECODERS,
+    DRAINING,
+    SCALING_METRICS,
+    WANTED,
+)
 from tests.datasets import write_indexed
 
 DASHBOARD = ROOT / "deploy" / "grafana" / "shardstream-dashboard.json"
@@ -52,7 +60,15 @@ def _dashboard() -> dict[str, Any]:
 
 
 def _targets() -> list[tuple[str, dict[str, Any]]]:
-    return [(panel["title"], target) for panel in _dashboard()["panels"] for target in panel["targets"]]
+    """(title, target) of every query: the panels' targets and the Prometheus annotations'."""
+    dashboard = _dashboard()
+    return ([(panel["title"], target) for panel in dashboard["panels"] for target in panel.get("targets", [])] +
+            [(a["name"], a) for a in dashboard["annotations"]["list"] if "expr" in a])
+
+
+def _panel(title: str) -> dict[str, Any]:
+    (panel,) = [p for p in _dashboard()["panels"] if p["title"] == title]
+    return panel
 
 
 def _variable(name: str) -> dict[str, Any]:
@@ -89,6 +105,11 @@ def test_the_dashboard_is_well_formed_for_grafana() -> None:
     assert job["includeAll"] and job["multi"] and job["allValue"] == ".*"
     panels = dashboard["panels"]
     assert len(panels) >= 10
+    rows = [p for p in panels if p["type"] == "row"]
+    for row in rows:  # a full-width header line, its panels below it (not collapsed into it)
+        assert row["title"] and row["gridPos"]["w"] == 24 and row["gridPos"]["h"] == 1, row
+        assert row["collapsed"] is False and row["panels"] == [] and "targets" not in row, row
+    panels = [p for p in panels if p["type"] != "row"]
     ids = [p["id"] for p in panels]
     assert all(isinstance(i, int) for i in ids) and len(set(ids)) == len(ids)
     for panel in panels:
@@ -105,15 +126,47 @@ def test_the_dashboard_is_well_formed_for_grafana() -> None:
         assert len(set(refs)) == len(refs), panel["title"]
         for target in targets:
             assert target["expr"].strip() and target["datasource"] == DATASOURCE, panel["title"]
-    for a, b in combinations(panels, 2):
+    for a, b in combinations(panels + rows, 2):
         ga, gb = a["gridPos"], b["gridPos"]
         apart = (ga["x"] + ga["w"] <= gb["x"] or gb["x"] + gb["w"] <= ga["x"] or
                  ga["y"] + ga["h"] <= gb["y"] or gb["y"] + gb["h"] <= ga["y"])
         assert apart, (a["title"], b["title"])
     titles = " ".join(p["title"].lower() for p in panels)
     for topic in ("samples/s", "bytes/s", "stall per job", "stall per rank", "latency", "queue depth",
-                  "decoders", "cache", "lag", "errors"):
+                  "decoders", "cache", "lag", "errors", "wanted", "scaling decisions", "busy"):
         assert topic in titles, topic
+    for annotation in dashboard["annotations"]["list"]:
+        if "expr" in annotation:
+            assert annotation["datasource"] == DATASOURCE and annotation["name"], annotation
+            assert annotation["titleFormat"] and annotation["step"], annotation
+
+
+def test_the_decode_scaling_row() -> None:
+    """Wanted vs ready vs draining decoders, the decisions, and busy time beside the jobs' stall: the
+    policy's numbers, under a row of their own below the other panels."""
+    panels = _dashboard()["panels"]
+    (row,) = [p for p in panels if p["type"] == "row" and p["title"] == "Decode scaling"]
+    below = [p for p in panels if p["gridPos"]["y"] > row["gridPos"]["y"]]
+    assert all(p["gridPos"]["y"] + p["gridPos"]["h"] <= row["gridPos"]["y"] for p in panels if p not in [*below, row])
+    assert {p["title"] for p in below} == {"Decoders: wanted, ready, draining", "Scaling decisions",
+                                          "Decoders busy vs data stall"}
+    decoders = _panel("Decoders: wanted, ready, draining")
+    assert {t["legendFormat"]: metric_names(t["expr"]) for t in decoders["targets"]} == {
+        "wanted": {WANTED}, "ready": {DECODERS}, "draining": {DRAINING}}
+    (wanted,) = [t["expr"] for t in decoders["targets"] if t["legendFormat"] == "wanted"]
+    assert wanted == f"max({WANTED})"  # the one number the HPA scales on, as the adapter serves it
+    (decisions,) = _panel("Scaling decisions")["targets"]
+    assert metric_names(decisions["expr"]) == {DECISIONS} and "by (direction)" in decisions["expr"]
+    assert decisions["legendFormat"] == "{{direction}}"
+    busy = _panel("Decoders busy vs data stall")
+    assert [metric_names(t["expr"]) for t in busy["targets"]] == [{BUSY_RATIO}, {"shardstream_job_data_stall_ratio"}]
+    defaults = busy["fieldConfig"]["defaults"]
+    assert (defaults["unit"], defaults["min"], defaults["max"]) == ("percentunit", 0, 1)  # both are 0..1
+    annotations = {a["name"]: a["expr"] for a in _dashboard()["annotations"]["list"] if "expr" in a}
+    assert annotations.keys() == {"Scaling up", "Scaling down"}
+    for name, expr in annotations.items():
+        assert metric_names(expr) == {DECISIONS}
+        assert f'direction="{name.split()[1]}"' in expr
 
 
 def test_per_job_panels_follow_the_job_variable() -> None:
@@ -175,17 +228,21 @@ def test_every_expression_names_exported_metrics(exported: set[str]) -> None:
     for title, target in _targets():
         names = metric_names(target["expr"])
         assert names, (title, target["expr"])
-        assert names <= exported, (title, sorted(names - exported))
+        # The scaling policy's series need not be in this scrape: this service runs a fixed pool
+        # (num_decoders), without the policy (config.autoscale_max_decoders).
+        assert names - SCALING_METRICS <= exported, (title, sorted(names - SCALING_METRICS - exported))
         used |= names
     assert _label_values_metric() in exported
     assert {"shardstream_rank_data_stall_ratio", "shardstream_job_data_stall_ratio"} <= used
+    assert SCALING_METRICS <= used
 
 
 def test_autoscaling_names_exported_metrics(exported: set[str]) -> None:
     external = default_values()["decode"]["autoscaling"]["metrics"]
     assert {external["dataStall"]["metricName"], external["queueDepth"]["metricName"]} <= exported
+    assert external["decodersWanted"]["metricName"] == WANTED  # exported with the policy on
     queries = _adapter_queries()
-    assert queries.keys() == {external["dataStall"]["metricName"], external["queueDepth"]["metricName"]}
+    assert queries.keys() == {external[m]["metricName"] for m in ("decodersWanted", "dataStall", "queueDepth")}
     for name, query in queries.items():
         names = metric_names(query)
-        assert name in names and names <= exported, (query, sorted(names - exported))
+        assert name in names and names - SCALING_METRICS <= exported, (query, sorted(names - exported))

@@ -250,3 +250,49 @@ kubelet's updates reach it (a subPath mount would never change). */}}
 {{- end }}
 {{- $dir }}
 {{- end }}
+
+{{/* With decode.autoscaling.metrics.decodersWanted the HPA holds the workers whose `decode` units
+carry the decode actors the service's scaling policy wants, so the policy's bounds
+(config.autoscale_min_decoders, config.autoscale_max_decoders) must be the HPA's (minReplicas,
+maxReplicas) in decode units: replicas = ceil(decoders / units per worker). Fails otherwise. */}}
+{{- define "shardstream.checkDecodersWanted" -}}
+{{- $as := .Values.decode.autoscaling }}
+{{- $config := .Values.config }}
+{{- $m := $as.metrics }}
+{{- $key := "decode.autoscaling.metrics.decodersWanted" }}
+{{- if or $m.cpu.enabled $m.dataStall.enabled $m.queueDepth.enabled }}
+{{- fail (printf "%s is the decode workers' count itself: turn decode.autoscaling.metrics.{cpu,dataStall,queueDepth} off with it (the HPA takes the largest count any metric asks for, so another metric would add workers the service leaves idle)" $key) }}
+{{- end }}
+{{- if not .Values.metrics.enabled }}
+{{- fail (printf "%s needs metrics.enabled: the HPA reads shardstream_decoders_wanted from the head's /metrics" $key) }}
+{{- end }}
+{{- if not (kindIs "invalid" $config.num_decoders) }}
+{{- fail (printf "%s needs config.num_decoders unset (it is %v): a fixed pool has nothing to scale" $key $config.num_decoders) }}
+{{- end }}
+{{- $units := include "shardstream.decodeUnits" . | int }}
+{{- $maxReplicas := $as.maxReplicas | int }}
+{{- $minReplicas := $as.minReplicas | int }}
+{{- if kindIs "invalid" $config.autoscale_max_decoders }}
+{{- fail (printf "%s needs config.autoscale_max_decoders (the service's scaling policy is off without it): set it to %d, decode.autoscaling.maxReplicas (%d) x %d decode units per worker" $key (mul $maxReplicas $units) $maxReplicas $units) }}
+{{- end }}
+{{- $max := $config.autoscale_max_decoders | int }}
+{{- $min := $config.autoscale_min_decoders | int }}
+{{- $maxWorkers := ceil (divf $max $units) | int }}
+{{- if ne $maxWorkers $maxReplicas }}
+{{- fail (printf "%s: decode.autoscaling.maxReplicas (%d) must be the decode workers that hold config.autoscale_max_decoders (%d), ceil(%d / %d decode units per worker) = %d; or set config.autoscale_max_decoders to %d, maxReplicas x units" $key $maxReplicas $max $max $units $maxWorkers (mul $maxReplicas $units)) }}
+{{- end }}
+{{- $minWorkers := ceil (divf $min $units) | int }}
+{{- if ne $minWorkers $minReplicas }}
+{{- fail (printf "%s: decode.autoscaling.minReplicas (%d) must be the decode workers that hold config.autoscale_min_decoders (%d), ceil(%d / %d decode units per worker) = %d" $key $minReplicas $min $min $units $minWorkers) }}
+{{- end }}
+{{- end }}
+
+{{/* The shortest scale-down stabilization window the decode HPA may have with decodersWanted:
+twice the scaling policy's window (config.autoscale_window_s), seconds. */}}
+{{- define "shardstream.scaleDownWindowFloor" -}}
+{{- $least := ceil (mulf 2 .Values.config.autoscale_window_s) | int }}
+{{- if gt $least 3600 }}
+{{- fail (printf "config.autoscale_window_s (%v) is too long for decode.autoscaling.metrics.decodersWanted: the HPA's scale-down window must be twice it, and Kubernetes allows at most 3600 s" .Values.config.autoscale_window_s) }}
+{{- end }}
+{{- $least }}
+{{- end }}
