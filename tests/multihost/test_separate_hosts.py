@@ -5,7 +5,11 @@ A head, two decode hosts and a trainer host, each with its own address: `ray sta
 --ray-address` on the head, and `torchrun --nproc-per-node 2` on the trainer. Every rank gets
 DistributedSampler's batches; the batch bytes come from the decode hosts, not through the head;
 a decode host's link cut mid-epoch and restored, or the host killed, loses and repeats no batch;
-with the head's link cut, ranks keep receiving from the decoders.
+with the head's link cut, ranks keep receiving from the decoders. Then `serve` with TLS and a
+tokens file: ranks with the CA and a token get exact batches, one without a token Unauthenticated;
+`serve` SIGKILLed mid-epoch and started again, the rank goes on by itself; the trainer host lost
+mid-epoch, its rank started again from its checkpoint continues exactly (docs/reliability.md,
+"On separate hosts").
 """
 
 from __future__ import annotations
