@@ -1,10 +1,11 @@
-"""Throw-away PKI for the TLS tests: a CA, a server certificate for 127.0.0.1/localhost, a client one,
-and another CA with a client certificate of its own."""
+"""Throw-away PKI for the TLS tests: a CA, a server certificate for 127.0.0.1/localhost (and any
+addresses asked for), a client one, and another CA with a client certificate of its own."""
 
 from __future__ import annotations
 
 import datetime
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ def _write_cert(cert: x509.Certificate, path: Path) -> str:
 
 def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str,
                  issuer_key: ec.EllipticCurvePrivateKey, ca: bool = False,
-                 server: bool = False) -> x509.Certificate:
+                 server: bool = False, ips: Sequence[str] = ()) -> x509.Certificate:
     now = datetime.datetime.now(datetime.timezone.utc)
     builder = (x509.CertificateBuilder().subject_name(_name(subject)).issuer_name(_name(issuer))
                .public_key(key.public_key()).serial_number(x509.random_serial_number())
@@ -52,20 +53,22 @@ def _certificate(subject: str, key: ec.EllipticCurvePrivateKey, issuer: str,
                .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
     if server:
         builder = builder.add_extension(x509.SubjectAlternativeName(
-            [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
+            [x509.DNSName("localhost"), *(x509.IPAddress(ipaddress.ip_address(ip)) for ip in ("127.0.0.1", *ips))]),
+            critical=False)
     if not ca:
         usage = ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH
         builder = builder.add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
     return builder.sign(issuer_key, hashes.SHA256())
 
 
-def make_pki(directory: Path) -> Pki:
+def make_pki(directory: Path, ips: Sequence[str] = ()) -> Pki:
+    """The PKI in `directory`; the server certificate is also valid for the addresses `ips`."""
     directory.mkdir(parents=True, exist_ok=True)
     keys = {name: ec.generate_private_key(ec.SECP256R1())
             for name in ("ca", "other", "server", "client", "stranger")}
     ca = _certificate("test CA", keys["ca"], "test CA", keys["ca"], ca=True)
     other = _certificate("other CA", keys["other"], "other CA", keys["other"], ca=True)
-    server = _certificate("localhost", keys["server"], "test CA", keys["ca"], server=True)
+    server = _certificate("localhost", keys["server"], "test CA", keys["ca"], server=True, ips=ips)
     client = _certificate("trainer", keys["client"], "test CA", keys["ca"])
     stranger = _certificate("stranger", keys["stranger"], "other CA", keys["other"])
     return Pki(ca=_write_cert(ca, directory / "ca.pem"), other_ca=_write_cert(other, directory / "other-ca.pem"),

@@ -1,4 +1,4 @@
-"""One rank that takes its time: run on a trainer host by test_link_faults.py.
+"""One rank that takes its time: run on a trainer host by test_separate_hosts.py.
 
     paced_rank.py ADDRESS DATASET OUT SECONDS_PER_BATCH [EPOCHS]
 
@@ -11,6 +11,7 @@ and each batch's time.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
@@ -34,10 +35,11 @@ def main(address: str, dataset: str, out: str, pace: str, epochs: str = "1") -> 
                     f.write(str(len(times)))
                 os.replace(os.path.join(out, "progress.tmp"), os.path.join(out, "progress"))
                 time.sleep(float(pace))
-        refetched = loader.stats.steps_refetched
+        refetched, lost = loader.stats.steps_refetched, loader.stats.decoders_lost
     with open(os.path.join(out, "epoch.json"), "w") as f:
-        json.dump({"epochs": batches, "times": times, "refetched": refetched}, f)
+        json.dump({"epochs": batches, "times": times, "refetched": refetched, "decoders_lost": lost}, f)
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     main(*sys.argv[1:6])

@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import socket
+import ssl
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -149,6 +152,71 @@ def test_a_frame_that_does_not_come_times_out(loop: Loop) -> None:
         rank.receive(10)
     rank.close()
     loop.run(listener.close)
+
+
+class RecordSplitter:
+    """A TLS peer on a raw socket (ssl.MemoryBIO) that sends a batch's ciphertext in two parts cut
+    inside its first record, so the rank's TLS layer reads part of a record and waits for the rest."""
+
+    def __init__(self, pki: Pki) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(pki.server_cert, pki.server_key)
+        self._context = context
+        self.conn: socket.socket | None = None
+        self._incoming, self._outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+        self._tls: ssl.SSLObject | None = None
+        self.token = b""
+        self.accepted = threading.Thread(target=self._accept, daemon=True)
+        self.accepted.start()
+
+    def _accept(self) -> None:
+        self.conn, _ = self.server.accept()
+        tls = self._tls = self._context.wrap_bio(self._incoming, self._outgoing, server_side=True)
+        while True:
+            try:
+                tls.do_handshake()
+                break
+            except ssl.SSLWantReadError:
+                self.conn.sendall(self._outgoing.read())
+                self._incoming.write(self.conn.recv(65536))
+        self.conn.sendall(self._outgoing.read())
+        while len(self.token) < 16:  # the rank's token
+            try:
+                self.token += tls.read(16 - len(self.token))
+            except ssl.SSLWantReadError:
+                self._incoming.write(self.conn.recv(65536))
+        self.conn.sendall(self._outgoing.read())
+
+    def ciphertext(self, data: bytes) -> bytes:
+        assert self._tls is not None
+        self._tls.write(data)
+        return self._outgoing.read()
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+        self.server.close()
+
+
+def test_over_tls_a_batch_whose_first_record_came_in_part_arrives(pki: Pki) -> None:
+    """The receive asks to be woken once the batch's bytes are on the socket (SO_RCVLOWAT); with
+    TLS, part of a record the TLS layer already took off the socket must not count as still due,
+    or the socket never holds that much and the receive waits out its timeout."""
+    peer = RecordSplitter(pki)
+    offer = BulkOffer(port=peer.port, token=bytes(range(16)))
+    rank = BulkSocket("127.0.0.1", offer, TLS(ca_file=pki.ca, server_name="localhost"), timeout_s=3)
+    peer.accepted.join(5)
+    assert peer.conn is not None and peer.token == offer.token
+    batch = np.random.default_rng(1).integers(0, 256, size=30_000, dtype=np.uint8).tobytes()  # under the socket buffer
+    sealed = peer.ciphertext(batch)
+    peer.conn.sendall(sealed[:8_000])  # inside the first of its two records
+    threading.Timer(0.5, peer.conn.sendall, args=(sealed[8_000:],)).start()
+    time.sleep(0.2)  # the rank's TLS layer takes the 8 kB, then waits on the socket for the rest
+    assert rank.receive(len(batch)).tobytes() == batch
+    rank.close()
+    peer.close()
 
 
 def _address(array: np.ndarray) -> int:

@@ -30,6 +30,9 @@ log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S = 5.0
 WAKE_BYTES = 1 << 20
+# The most ciphertext of one TLS record (RFC 8446 5.2: 2^14 + 256, and its 5-byte header): what the
+# TLS layer may already have taken off the socket, part of a record, towards the bytes still due.
+TLS_RECORD_BYTES = (1 << 14) + 256 + 5
 FREE_BUFFERS_KEPT = 4  # per socket: about what a rank's window holds of one decoder's batches
 
 
@@ -71,13 +74,14 @@ class BulkSocket:
         self._sock = sock
         self._buffers = BufferPool()
         self._low_water = 1
+        self._taken_ahead = TLS_RECORD_BYTES if tls is not None else 0
 
     def receive(self, size: int) -> np.ndarray:
         """The next `size` bytes; OSError (a timeout included) when they do not come."""
         buffer = self._buffers.lease(size)
         view = memoryview(buffer)  # type: ignore[arg-type]
         while view:
-            self._wake_at(min(len(view), WAKE_BYTES))
+            self._wake_at(max(min(len(view), WAKE_BYTES) - self._taken_ahead, 1))
             received = self._sock.recv_into(view)
             if received == 0:
                 raise ConnectionError(f"the decoder closed the bulk socket {len(view)} bytes before the end "
@@ -87,7 +91,9 @@ class BulkSocket:
 
     def _wake_at(self, size: int) -> None:
         """Be woken only once `size` bytes are there (SO_RCVLOWAT): a few large reads, not one per
-        packet the sender's pace delivers. Never more than what is still due, which may be all."""
+        packet the sender's pace delivers. Never more than what is still due, which may be all; with
+        TLS, less by a record: the TLS layer may hold part of one it read, and the socket would then
+        never hold `size` bytes, only the rest of the batch (the receive would wait out its timeout)."""
         if size != self._low_water:
             self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, size)
             self._low_water = size
