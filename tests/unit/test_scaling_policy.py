@@ -147,3 +147,13 @@ def test_demand_that_falls_gives_capacity_back_then_rises_again() -> None:
     assert low[-1] < high and low[-1] * PER_DECODER >= 120 and _changes(low[-5:]) == 0
     system.demand = 600.0
     assert _run(policy, system, 10)[-1] * PER_DECODER >= 600
+
+
+def test_a_step_past_the_demand_is_judged_by_what_the_demand_let_it_bring() -> None:
+    # 2 busy decoders serve 200 samples/s to a job waiting half its time: it wants 400.
+    policy = _policy(start=2)
+    assert policy.decide(_obs(2, busy=2.0, rate=200, stall=0.5)).wanted == 5
+    # 5 decoders serve 340: 47 a decoder added, under half of a decoder's 100, but the job wanted
+    # only 200 more, 67 a decoder at most: the step paid, and is kept.
+    kept = policy.decide(_obs(5, busy=3.4, rate=340, stall=0.05))
+    assert kept.wanted == 5 and kept.direction != "down"

@@ -69,7 +69,8 @@ class DecodeScaling:
         self._request = request
         self._seen: dict[str, tuple[int, float]] = {}  # job id -> (samples served, busy seconds) at the last tick
         self._ready_at_start = pool.size
-        self._window_started = self._settled_since = time.monotonic()
+        self._window_started = time.monotonic()
+        self._settled_since = float("-inf")  # the pool it starts with is no change: ranks list it when they open
         start = Decision(policy.wanted, "hold", "starting: no window measured yet")
         self.state = ScalingState(start, time.monotonic(), 0.0, pool.size)
         self._act(policy.wanted)
@@ -92,9 +93,10 @@ class DecodeScaling:
         seen: dict[str, tuple[int, float]] = {}
         for job in self._registry.all():
             samples, busy = job.counters.samples_served, job.counters.busy_seconds
-            before = self._seen.get(job.job_id, (samples, busy))
+            before = self._seen.get(job.job_id, (0, 0.0))  # a new job: all it was served since it opened
             seen[job.job_id] = (samples, busy)
-            jobs.append(JobDemand(job.label, (busy - before[1]) / span, (samples - before[0]) / span,
+            here = max(min(span, now - job.opened_at), 1e-3)  # the part of the window it existed
+            jobs.append(JobDemand(job.label, (busy - before[1]) / here, (samples - before[0]) / here,
                                   job.worst_stall(self._window_started)))
         self._seen = seen
         ready = self._pool.size

@@ -89,6 +89,7 @@ class Job:
     _stalls: dict[int, tuple[float, float]] = field(default_factory=dict)  # rank -> (data stall, when sent)
     _stall_arrived: dict[int, float] = field(default_factory=dict)  # rank -> time.monotonic() its stall came here
     last_active: float = field(default_factory=time.monotonic)
+    opened_at: float = field(default_factory=time.monotonic)
     throughput: RateMeter = field(default_factory=RateMeter)  # samples served per second
     _lock: threading.Lock = field(default_factory=threading.Lock)
 

@@ -18,7 +18,8 @@ autoscalers do (measure, then judge each step by what it bought):
 - **Up** only when a job is starved (stall above `scale_up_stall`), straight to
   the estimate. A window after the new decoders are ready, the step is judged:
   if an added decoder raised the jobs' samples/s by less than `min_gain` of
-  what a decoder served before, decoders were not the limit (storage, the
+  what it could have (a decoder's rate before, up to what the jobs wanted),
+  decoders were not the limit (storage, the
   network, the rank's own receive): the policy keeps only the decoders the
   rate it reached needs at the old per-decoder rate, and does not go above
   that size again until the demand changes.
@@ -77,6 +78,10 @@ class Observation:
         worst = max(self.fetching, key=lambda job: job.stall or 0.0, default=None)
         return worst if worst is not None and (worst.stall or 0.0) > threshold else None
 
+    def demand(self) -> float:
+        """Samples/s the jobs would take without waiting: each job's rate over (1 - its stall)."""
+        return sum(job.samples_per_s / (1.0 - min(job.stall or 0.0, MAX_STALL)) for job in self.jobs)
+
     def needed(self) -> float:
         """Decoders that would serve every job without waiting (the module docstring)."""
         return sum(job.busy / (1.0 - min(job.stall or 0.0, MAX_STALL)) for job in self.jobs)
@@ -110,6 +115,7 @@ class _Bound:
 
     decoders: int
     samples_per_s: float
+    demand: float = 0.0  # samples/s the jobs would have taken then (Observation.demand)
 
 
 class ScalingPolicy:
@@ -151,14 +157,16 @@ class ScalingPolicy:
             before, self._step_from = self._step_from, None
             share = before.samples_per_s / before.decoders  # what a decoder served before it
             gain = (rate - before.samples_per_s) / (n - before.decoders)
-            if gain < s.min_gain * share:
+            # What the step could bring: n decoders at that share, up to what the jobs wanted then.
+            possible = (min(n * share, before.demand) - before.samples_per_s) / (n - before.decoders)
+            if possible > 0 and gain < s.min_gain * possible:
                 # Keep what the rate reached needs at the old per-decoder share, no more.
                 keep = self._clamp(min(n, max(before.decoders, math.ceil(rate / share - 1e-9))))
                 self._ceiling = _Bound(keep, rate)
                 return self._to(keep, "down" if keep < n else "hold", (
                     f"{n} decoders served {rate:.0f} samples/s, {before.decoders} served "
                     f"{before.samples_per_s:.0f}: an added decoder brought {gain:.0f} samples/s, under "
-                    f"{s.min_gain:.0%} of a decoder's {share:.0f}; something else limits the jobs, so "
+                    f"{s.min_gain:.0%} of the {possible:.0f} it could; something else limits the jobs, so "
                     f"{keep} (what that rate needs) is the most this demand gets"))
         self._step_from = None
         if self._down_from is not None:  # judge the last step down
@@ -180,7 +188,7 @@ class ScalingPolicy:
                 return self._to(max(self.wanted, n), "hold", (
                     f"job {starved.name} waits {starved.stall:.0%} of its time for data, but {n} decoder(s) "
                     f"is {limit}"))
-            self._step_from = _Bound(n, rate)
+            self._step_from = _Bound(n, rate, obs.demand())
             return self._to(target, "up", (
                 f"job {starved.name} waits {starved.stall:.0%} of its time for data; decoders are busy "
                 f"{obs.busy:.1f} of {n}, so about {obs.needed():.1f} would serve it: asking for {target}"))
