@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
@@ -34,7 +35,7 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
 @contextlib.contextmanager
 def _service(window_s: float) -> Iterator[tuple[Service, str]]:
     running, port = create_server(ServiceConfig(
-        port=0, decoder_cpus=0.25, autoscale_min_decoders=1, autoscale_max_decoders=3, autoscale_window_s=window_s,
+        port=0, metrics_port=0, decoder_cpus=0.25, autoscale_min_decoders=1, autoscale_max_decoders=3, autoscale_window_s=window_s,
         allowed_transform_modules=("tests.transforms",)))
     try:
         yield running, f"127.0.0.1:{port}"
@@ -47,6 +48,12 @@ def _wait(condition, what: str, timeout_s: float = 60.0) -> None:  # type: ignor
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.1)
+
+
+def _scrape(running: Service) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{running.metrics_port}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in lines if line.startswith("shardstream_"))}
 
 
 @pytest.mark.slow
@@ -75,6 +82,10 @@ def test_a_starved_rank_grows_the_pool_and_an_idle_one_gives_it_back(local_ray: 
         assert running.pool.drained_actors == 2 and running.pool.replaced_actors == 0
         last = running.scaling.state.last_change
         assert last is not None and "no rank is fetching" in last.reason
+        scraped = _scrape(running)  # what the HPA and the dashboard read
+        assert scraped["shardstream_decoders_wanted"] == 1 and scraped["shardstream_decoders_draining"] == 0
+        assert scraped['shardstream_scaling_decisions_total{direction="up"}'] >= 1
+        assert scraped['shardstream_scaling_decisions_total{direction="down"}'] >= 1
 
 
 @pytest.mark.slow

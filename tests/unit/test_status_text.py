@@ -47,3 +47,18 @@ def test_a_job_without_ranks_has_no_table() -> None:
 def test_a_watched_screen_is_cleared_once_then_redrawn_in_place() -> None:
     assert _repainted("a\nb\n", first=True) == "\x1b[H\x1b[2Ja\x1b[K\nb\x1b[K\n\x1b[J"
     assert _repainted("a\nb\n", first=False) == "\x1b[Ha\x1b[K\nb\x1b[K\n\x1b[J"
+
+
+def test_the_scaling_policy_says_what_it_decided_and_why() -> None:
+    status = _status()
+    assert "decode scaling" not in _status_text("host:1", status)  # off: nothing to say
+    status.scaling.CopyFrom(pb.DecodeScalingStatus(
+        enabled=True, min_decoders=1, max_decoders=8, wanted=5, ready=4, draining=1, busy_ratio=0.812,
+        decision="hold", reason="waiting for the pool to settle", last_change="job train waits 74% of its time",
+        last_change_seconds_ago=42.4, decisions_up=2, decisions_down=1))
+    lines = _status_text("host:1", status).splitlines()
+    at = next(i for i, line in enumerate(lines) if "decode scaling" in line)
+    assert lines[at].strip() == ("decode scaling (1-8): wants 5, 4 ready, 1 draining; decoders busy 81%; "
+                                 "2 up, 1 down so far")
+    assert lines[at + 1].strip() == "now: hold: waiting for the pool to settle"
+    assert lines[at + 2].strip() == "last change, 42 s ago: job train waits 74% of its time"

@@ -35,9 +35,10 @@ from shardstream.service.control.scaling_policy import (
 
 log = logging.getLogger(__name__)
 
-# A changed pool is judged only this long after it settled: every rank has listed the decoders that
+# A grown pool is judged only this long after it settled: every rank has listed the decoders that
 # joined by then (DECODERS_REFRESH_S), and the stall ranks report follows the last ~10 s of their
-# loop (client/stall.py), so it shows what the change did.
+# loop (client/stall.py), so it shows what the change did. A shrunk one is judged the window after
+# its drains: ranks need not list anything, and a rank that starts waiting shows it within seconds.
 SETTLE_S = DECODERS_REFRESH_S
 
 
@@ -71,6 +72,7 @@ class DecodeScaling:
         self._ready_at_start = pool.size
         self._window_started = time.monotonic()
         self._settled_since = float("-inf")  # the pool it starts with is no change: ranks list it when they open
+        self._settle_s = SETTLE_S  # after the last change: SETTLE_S after growing, 0 after shrinking
         start = Decision(policy.wanted, "hold", "starting: no window measured yet")
         self.state = ScalingState(start, time.monotonic(), 0.0, pool.size)
         self._act(policy.wanted)
@@ -102,7 +104,7 @@ class DecodeScaling:
         ready = self._pool.size
         if ready != self._ready_at_start or not self._pool.settled:
             self._settled_since = now
-        steady = self._window_started - self._settled_since >= SETTLE_S  # the whole window, and SETTLE_S before
+        steady = self._window_started - self._settled_since >= self._settle_s  # the whole window, and before
         self._ready_at_start, self._window_started = ready, now
         return Observation(ready, steady, tuple(jobs))
 
@@ -116,6 +118,7 @@ class DecodeScaling:
                                   state.down + (decision.direction == "down"),
                                   decision if changed else state.last_change, now if changed else state.changed_at)
         if changed:
+            self._settle_s = SETTLE_S if decision.wanted > before else 0.0
             log.info("decode scaling: %d -> %d decoders: %s", before, decision.wanted, decision.reason)
         self._act(decision.wanted)
         return decision

@@ -23,7 +23,7 @@ autoscalers do (measure, then judge each step by what it bought):
   network, the rank's own receive): the policy keeps only the decoders the
   rate it reached needs at the old per-decoder rate, and does not go above
   that size again until the demand changes.
-- **Down** only when no job is starved (every stall below `scale_down_stall`)
+- **Down** only when no job is near starving (every stall below `scale_down_stall`)
   and one decoder fewer would still have `headroom` over the busy time: one
   decoder a window, each drained (pool.py) so no batch is lost or repeated.
 - **No oscillation**: a step down that leaves a job starved is undone and
@@ -99,7 +99,9 @@ class PolicySettings:
     min_decoders: int
     max_decoders: int
     scale_up_stall: float = 0.10  # a job waiting for data more than this share of its time is starved
-    scale_down_stall: float = 0.03  # every job below this: decoders may be given back
+    # Every job below this: decoders may be given back. Not 0: a rank's loop spends a few percent
+    # in next() even when every batch is ready (converting, handing over), more with short steps.
+    scale_down_stall: float = 0.08
     headroom: float = 1.25  # decoders kept per decoder of measured need
     min_gain: float = 0.5  # an added decoder must bring this share of what a decoder served before
     demand_change: float = 0.2  # samples/s this far from a bound's: the bound no longer holds
