@@ -46,8 +46,9 @@ RATIO_TARGET, HEAD_SHARE_TARGET = 0.9, 0.01
 SATURATED = 0.9  # the cores' busy share from which a shortfall is the machine's, not the links'
 # The rank's window in batches (1 MiB each). A decoder keeps its link busy only with a batch queued
 # behind the one on the wire, and the window also holds batches that arrived out of order: at
-# 300 Mbit/s a host about 3 of them (8 for three hosts gave 0.85-0.87x, 16 gave 0.90-0.93x).
+# 300 Mbit/s a host about 3 of them (8 for three hosts gave 0.85-0.90x, 16 0.90-0.93x: scaling.md).
 DEFAULT_PREFETCH = 16
+STEADY_FROM_S = 2  # the consumer's first seconds are start-up
 
 
 def _ray_start(host: Host, *args: str) -> None:
@@ -89,8 +90,6 @@ def _consume(trainer: Host, address: str, data: Path, rows: int, seconds: float,
     result["cpu"] = cpu
     return result
 
-
-STEADY_FROM_S = 2  # the consumer's first seconds are start-up
 
 
 def _steady(per_second: list[int]) -> float:
