@@ -81,4 +81,42 @@ def write_scaling_chart(result: dict[str, Any], path: Path) -> Path:
     return path
 
 
-__all__ = ["write_chart", "write_scaling_chart"]
+def write_links_chart(result: dict[str, Any], path: Path) -> Path:
+    """bench.capped_links: samples/s one rank received against decode hosts at separate addresses,
+    beside the sum of the hosts' link caps (in samples) and the 0.9x target."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = result["runs"]
+    hosts = [int(r["decode_hosts"]) for r in runs]
+    rate = [r["samples_per_s"] for r in runs]
+    sample_bytes = result["row_bytes"]
+    caps = [r["caps_mb_s"] * 1e6 / sample_bytes for r in runs]
+    fig, axis = plt.subplots(figsize=(6.5, 4.2))
+    axis.plot(hosts, caps, linestyle="--", color="#7f7f7f", label=f"sum of the link caps ({result['mbit']:.0f} Mbit/s "
+              "a host)")
+    axis.plot(hosts, [0.9 * c for c in caps], linestyle=":", color="#7f7f7f", label="0.9x the caps (target)")
+    axis.plot(hosts, rate, marker="o", color="#d62728", label="shardstream, one rank")
+    for n, r, run in zip(hosts, rate, runs, strict=True):
+        busy = f", cores {run['cpu']['saturation']:.0%} busy" if run.get("cpu") else ""
+        axis.annotate(f"{r:,.0f}\n{r / (run['caps_mb_s'] * 1e6 / sample_bytes):.2f}x{busy}", (n, r),
+                      textcoords="offset points", xytext=(0, -26), ha="center", fontsize=8)
+    axis.set_xticks(hosts)
+    axis.set_xlim(min(hosts) - 0.5, max(hosts) + 0.5)
+    axis.set_xlabel("decode hosts (own address and link, 1 decode actor each)")
+    axis.set_ylabel(f"samples/s ({sample_bytes // 1024} KiB each)")
+    axis.set_ylim(bottom=0)
+    axis.legend(fontsize=8, loc="upper left")
+    machine = result["machine"]
+    axis.set_title(f"{result['date'][:16]}: hosts are network namespaces sharing {machine['cores']} cores; "
+                   f"load {machine['load_average_1m_at_start']:.2f}", fontsize=9)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["write_chart", "write_links_chart", "write_scaling_chart"]

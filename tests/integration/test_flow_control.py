@@ -141,6 +141,30 @@ def test_bytes_held_for_a_stalled_loop_stay_within_prefetch_bytes(service_addres
     assert max(really for _, really in samples) == 3 * BATCH_BYTES  # the stall filled the window
 
 
+def test_a_later_epoch_asks_for_its_whole_window_at_once(service_address: str, dataset: str,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first epoch knows no batch size and asks for one step until a batch arrives; the next
+    knows the last one's, so its first wants fill the window across the decoders."""
+    first_asks: list[int] = []
+    dispatch = DirectPrefetcher._dispatch
+
+    def recorded(self: DirectPrefetcher) -> None:
+        dispatch(self)
+        if not getattr(self, "recorded", False):
+            self.recorded = True  # type: ignore[attr-defined]
+            first_asks.append(len(self._scheduler.outstanding))
+
+    monkeypatch.setattr(DirectPrefetcher, "_dispatch", recorded)
+    with RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, shuffle=True, world_size=1, rank=0,
+                      job_name="later-epoch-window", prefetch=4) as loader:
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            got = [batch["idx"].tolist() for batch in loader]
+            assert got == oracle_batches(200, 1, 0, BATCH, True, 0, False, epoch)
+        assert loader.stats.largest_batch_bytes == BATCH_BYTES
+    assert first_asks == [1, 4]
+
+
 def test_window_smaller_than_one_batch_is_a_clear_error(service_address: str, dataset: str) -> None:
     with RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, world_size=1, rank=0,
                       prefetch_bytes=1000) as loader, pytest.raises(InvalidJobSpec, match="prefetch_bytes"):

@@ -29,6 +29,18 @@ def test_steps_go_to_the_least_loaded_sender_within_its_cap() -> None:
     assert [(r.sender, r.step) for r in s.requests()] == [("c", 7)]
 
 
+def test_an_earlier_epochs_batch_size_asks_every_sender_at_once_within_the_window() -> None:
+    s = StepScheduler(0, 100, window_batches=10, window_bytes=350, per_sender=10, batch_bytes_hint=100)
+    for name in ("a", "b", "c", "d"):
+        s.add_sender(name)
+    first = s.requests()  # no batch of this epoch yet: each step counts as the hint's 100 bytes
+    assert [(r.sender, r.step) for r in first] == [("a", 0), ("b", 1), ("c", 2)]
+    assert s.bytes_in_use == 300
+    assert s.received("a", 0, 150)  # larger than the hint: the estimate grows
+    assert s.largest_batch == 150
+    assert s.requests() == []  # 150 received + 2 x 150 in flight: no room for another 150
+
+
 def test_the_window_bounds_batches_and_bytes() -> None:
     s = StepScheduler(0, 100, window_batches=4, window_bytes=350, per_sender=10)
     s.add_sender("a")

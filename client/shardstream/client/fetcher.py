@@ -236,7 +236,8 @@ class DirectPrefetcher:
         self._cond = threading.Condition()
         self._scheduler = StepScheduler(target.start_step, target.end_step, window_batches, window_bytes,
                                         per_sender=window_batches,
-                                        placement=StepPlacement(target.placement, host_of))
+                                        placement=StepPlacement(target.placement, host_of),
+                                        batch_bytes_hint=self._stats.largest_batch_bytes)
         self._ready: dict[int, Converted] = {}
         self._error: BaseException | None = None
         self._closed = False
@@ -303,6 +304,7 @@ class DirectPrefetcher:
                 del view  # the tensors keep what they need of the message
                 with self._cond:
                     if self._scheduler.received(sender.address, converted[0].step, nbytes):
+                        self._stats.largest_batch_bytes = self._scheduler.largest_batch
                         self._stats.shared_batches += shared
                         self._stats.bulk_batches += bulk
                         self._ready[converted[0].step] = converted

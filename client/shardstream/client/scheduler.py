@@ -14,8 +14,8 @@ The scheduler keeps these invariants:
   most `LOCALITY_SLACK` more outstanding than the least loaded (placement.py);
 - requested, received and handed-out batches together stay within
   `window_batches` and `window_bytes`. A step not yet received counts as the
-  largest batch seen so far; until one has arrived, one step is requested at a
-  time. When a failure sends back a step the loop is waiting for while later
+  largest batch seen so far (`batch_bytes_hint` until one arrives: the rank's
+  largest of earlier epochs); with neither, one step is requested at a time. When a failure sends back a step the loop is waiting for while later
   batches fill the window, the latest of those are given up and requested
   again afterwards, so the window holds and the rank never deadlocks.
 """
@@ -49,7 +49,7 @@ class _Sender:
 
 class StepScheduler:
     def __init__(self, start_step: int, end_step: int, window_batches: int, window_bytes: int,
-                 per_sender: int, placement: StepPlacement | None = None) -> None:
+                 per_sender: int, placement: StepPlacement | None = None, batch_bytes_hint: int = 0) -> None:
         if not 0 <= start_step <= end_step:
             raise ValueError(f"steps {start_step}..{end_step} are not a range")
         if window_batches < 1 or window_bytes < 1 or per_sender < 1:
@@ -66,7 +66,9 @@ class StepScheduler:
         self._arrived: dict[int, int] = {}  # received, not yet handed out: step -> bytes
         self._handed: dict[int, int] = {}  # handed to the loop, not yet consumed: step -> bytes
         self._next_out = start_step  # the next step the loop gets
-        self._largest = 0  # bytes of the largest batch received: the estimate for one in flight
+        # bytes of the largest batch received (or, until one is, of an earlier epoch's): the
+        # estimate for one in flight
+        self._largest = max(0, batch_bytes_hint)
         self.given_up = 0  # received batches dropped to make room for an earlier step (after failures)
 
     # ------------------------------------------------------------ senders
@@ -153,6 +155,11 @@ class StepScheduler:
     @property
     def outstanding(self) -> dict[int, Hashable]:
         return dict(self._where)
+
+    @property
+    def largest_batch(self) -> int:
+        """Bytes of the largest batch received (the hint until one is)."""
+        return self._largest
 
     @property
     def in_flight(self) -> int:

@@ -28,6 +28,9 @@ class LoaderStats:
     shared_batches: int = 0  # batches a decoder on this host wrote into shared memory (not sent)
     bulk_batches: int = 0  # batches a decoder on another host sent on a bulk socket (not on gRPC)
     steps_at_home: int = 0  # steps asked of a decoder on their home host (placement.py), of `batches`
+    # The largest batch received: the next epoch's window counts a step in flight at this size
+    # from its start, so it asks every decoder at once instead of one step until a batch arrives.
+    largest_batch_bytes: int = 0
 
     def add_batch(self, tensors: Batch) -> None:
         self.batches += 1
