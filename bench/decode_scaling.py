@@ -150,6 +150,7 @@ def run_system(name: str, config_overrides: dict[str, Any], dataset: str, peak_s
         "served_after_s": served_at,
         "peak_stall_after_served_mean": sum(after) / len(after) if after else None,
         "peak_decoder_minutes": trace.decoder_minutes(0, peak_s),
+        "decoder_minutes_until_served": trace.decoder_minutes(0, served_at) if served_at is not None else None,
         "low_decoder_minutes": trace.decoder_minutes(peak_s, end),
         "decoders_end_of_peak": held(peak_s), "decoders_end_of_low": held(end),
         "batches": batches, "batches_out_of_order": mismatched,
@@ -192,8 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for name, r in results.items():
         served = f"{r['served_after_s']:.0f} s" if r["served_after_s"] is not None else "never"
         mean = r["peak_stall_after_served_mean"]
+        until = r["decoder_minutes_until_served"]
         print(f"{name:>7}: worst stall {r['peak_worst_stall']:.0%}; stall < {SERVED:.0%} from {served} "
-              f"(then {mean:.1%} on average)" if mean is not None else f"{name:>7}: stall never fell below 10%")
+              f"({until:.2f} decoder-minutes until then; {mean:.1%} on average after)" if mean is not None
+              else f"{name:>7}: stall never fell below 10%")
         print(f"{'':>7}  decoder-minutes: peak {r['peak_decoder_minutes']:.2f}, low {r['low_decoder_minutes']:.2f}; "
               f"decoders at the end of each phase {r['decoders_end_of_peak']} / {r['decoders_end_of_low']}; "
               f"{r['batches']} batches, {r['batches_out_of_order']} not DistributedSampler's; "

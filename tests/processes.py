@@ -48,8 +48,9 @@ def marked_pids(marker: str) -> list[int]:
 
 
 def end_all(processes: list[subprocess.Popen[bytes]], marker: str) -> None:
-    """SIGTERM each started process group and every marked process, then SIGKILL what is left."""
-    for sig, grace in ((signal.SIGTERM, 10.0), (signal.SIGKILL, 5.0)):
+    """SIGTERM each started process group and every marked process, then SIGKILL what is left
+    (after 3 s: nothing a test starts needs a longer graceful shutdown)."""
+    for sig, grace in ((signal.SIGTERM, 3.0), (signal.SIGKILL, 5.0)):
         for p in processes:
             try:
                 os.killpg(p.pid, sig)

@@ -17,6 +17,7 @@ import pytest
 
 from shardstream.client import RemoteLoader
 from shardstream.service.config import ServiceConfig
+from shardstream.service.control import decode_scaling
 from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
 
@@ -58,7 +59,10 @@ def _scrape(running: Service) -> dict[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-def test_a_starved_rank_grows_the_pool_and_an_idle_one_gives_it_back(local_ray: None, dataset: str) -> None:
+def test_a_starved_rank_grows_the_pool_and_an_idle_one_gives_it_back(local_ray: None, dataset: str,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    # One rank, listing its decoders at each epoch's start: a grown pool need not wait 10 s to be judged.
+    monkeypatch.setattr(decode_scaling, "SETTLE_S", 2.0)
     with _service(window_s=1.5) as (running, address):
         assert running.scaling is not None
         _wait(lambda: running.pool.size == 1, "the pool did not start at its minimum")

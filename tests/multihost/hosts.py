@@ -161,7 +161,7 @@ class Network:
         end_all(self.processes, self.marker)
         # Ray's agents re-exec with an environment of their own (no marker) and leave their
         # process group: whatever still lives in one of these namespaces is this network's.
-        for sig, grace in ((signal.SIGTERM, 5.0), (signal.SIGKILL, 5.0)):
+        for sig, grace in ((signal.SIGTERM, 2.0), (signal.SIGKILL, 5.0)):
             self._signal_inside(sig)
             deadline = time.monotonic() + grace
             while self._pids_inside() and time.monotonic() < deadline:
