@@ -157,3 +157,14 @@ def test_a_step_past_the_demand_is_judged_by_what_the_demand_let_it_bring() -> N
     # only 200 more, 67 a decoder at most: the step paid, and is kept.
     kept = policy.decide(_obs(5, busy=3.4, rate=340, stall=0.05))
     assert kept.wanted == 5 and kept.direction != "down"
+
+
+def test_a_stall_still_falling_after_a_step_up_waits_instead_of_climbing_again() -> None:
+    policy = _policy(start=1)
+    assert policy.decide(_obs(1, busy=1.0, rate=100, stall=0.75)).wanted == 5
+    # The rank's stall (a ~10 s average) trails the decoders that joined: still above 10%, falling.
+    waiting = policy.decide(_obs(5, busy=4.0, rate=400, stall=0.2))
+    assert waiting == Decision(5, "hold", waiting.reason) and "catching up" in waiting.reason
+    assert policy.decide(_obs(5, busy=4.0, rate=400, stall=0.04)).direction == "hold"
+    # A stall that stays up is starvation: it climbs.
+    assert policy.decide(_obs(5, busy=5.0, rate=500, stall=0.3)).direction == "up"

@@ -26,6 +26,9 @@ autoscalers do (measure, then judge each step by what it bought):
 - **Down** only when no job is near starving (every stall below `scale_down_stall`)
   and one decoder fewer would still have `headroom` over the busy time: one
   decoder a window, each drained (pool.py) so no batch is lost or repeated.
+- **No overshoot**: a starved job whose stall fell by a fifth or more since
+  the last window is being served better already (a rank's stall is a ~10 s
+  average, so it trails the decoders that just joined): the policy waits.
 - **No oscillation**: a step down that leaves a job starved is undone and
   that size becomes a floor until the demand falls; a size judged useless
   becomes a ceiling until it rises. Demand "changes" when the samples/s moves
@@ -40,6 +43,7 @@ from typing import Literal
 
 Direction = Literal["up", "down", "hold"]
 MAX_STALL = 0.9  # a stall above this counts as this: at most 10x a job's busy decoders at once
+FALLING = 0.8  # a starved job's stall below this share of the last window's: wait, it is being served better
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,7 @@ class ScalingPolicy:
         self._down_from: _Bound | None = None  # ... before the last step down, until judged
         self._ceiling: _Bound | None = None  # more decoders than this did not raise throughput
         self._floor: _Bound | None = None  # fewer than this left a job starved
+        self._stalls: dict[str, float] = {}  # each job's stall at the last judged window
 
     def _clamp(self, n: int) -> int:
         return max(self.settings.min_decoders, min(self.settings.max_decoders, n))
@@ -148,6 +153,7 @@ class ScalingPolicy:
             return Decision(self.wanted, "hold", f"waiting for the pool to settle: {n} decoder(s) ready, "
                             f"{self.wanted} wanted")
         rate = obs.samples_per_s
+        previous, self._stalls = self._stalls, {job.name: job.stall or 0.0 for job in obs.fetching}
         if not obs.fetching:
             self._step_from = self._down_from = self._ceiling = self._floor = None
             if self.wanted > s.min_decoders:
@@ -179,6 +185,10 @@ class ScalingPolicy:
                     f"with {n} decoders job {starved.name} waited {starved.stall:.0%} of its time: back to "
                     f"{before.decoders}, the fewest that serve this demand"))
 
+        if starved is not None and (starved.stall or 0.0) < FALLING * previous.get(starved.name, 0.0):
+            return Decision(self.wanted, "hold", (
+                f"job {starved.name} waits {starved.stall:.0%} of its time for data, down from "
+                f"{previous[starved.name]:.0%} a window ago: the decoders it has are catching up"))
         if starved is not None:
             if not self._holds(self._ceiling, obs):
                 self._ceiling = None
