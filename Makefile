@@ -33,8 +33,8 @@ test: setup proto-check chart-config-check lint typecheck
 
 # Side by side: shardstream, DataLoader, Ray Data and (where TensorFlow installs) tf.data service;
 # then samples/s against the number of decode nodes (a chart), and shuffled reads of a dataset 4x
-# larger than the decoders' memory (local files and gs://), and the prepared-sample cache on two
-# decode nodes.
+# larger than the decoders' memory (local files and gs://), the prepared-sample cache on two
+# decode nodes, and decode capacity that follows demand against a static pool.
 bench: setup
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PIP) install -q "tensorflow-cpu>=2.15" || echo "tensorflow-cpu did not install: the tf.data service column will be skipped"
@@ -42,6 +42,7 @@ bench: setup
 	$(PY) -m bench.scaling
 	$(PY) -m bench.shuffled_reads --gcs
 	$(PY) -m bench.prepared_peers
+	$(PY) -m bench.decode_scaling
 
 lint: setup
 	$(VENV)/bin/ruff check .
