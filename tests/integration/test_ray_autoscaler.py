@@ -17,6 +17,7 @@ import re
 import shutil
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -82,6 +83,13 @@ def _until(what: str, condition: Callable[[], bool], timeout_s: float, log: Path
         time.sleep(0.5)
 
 
+def _scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        lines = response.read().decode().splitlines()
+    return {name: float(value) for name, value in (line.rsplit(" ", 1) for line in lines
+                                                   if line.startswith("shardstream_"))}
+
+
 def _removed_idle(monitor: Path) -> int:
     """Decode nodes the autoscaler removed as idle, by its log."""
     return sum(int(n) for n in re.findall(r"Removing (\d+) nodes of type decode \(idle\)", monitor.read_text()))
@@ -101,7 +109,7 @@ def test_the_ray_autoscaler_adds_decode_nodes_for_a_starved_rank_and_removes_the
     from ray._private.services import get_node_ip_address
 
     ip = get_node_ip_address()  # where the provider's nodes register, and the head must be
-    gcs, client_server = free_ports(2)
+    gcs, client_server, metrics = free_ports(3)
     config = tmp_path / "autoscaling.json"
     config.write_text(json.dumps(_autoscaling_config(f"{ip}:{gcs}")))
     home = tmp_path / "home"
@@ -115,7 +123,7 @@ def test_the_ray_autoscaler_adds_decode_nodes_for_a_starved_rank_and_removes_the
     assert head.wait(timeout=90) == 0, tail(tmp_path / "ray-start.log")
     port_file = tmp_path / "port"
     serve = hosts.start([str(BIN / "shardstream"), "serve", "--ray-address", f"{ip}:{gcs}", "--port", "0",
-                         "--port-file", str(port_file), "--decoder-cpus", "1", "--autoscale-max-decoders", "3",
+                         "--port-file", str(port_file), "--metrics-port", str(metrics), "--decoder-cpus", "1", "--autoscale-max-decoders", "3",
                          "--autoscale-window-s", "2", "--allow-transform-module", "tests.transforms"],
                         home, "serve.log", env)
     serve_log = tmp_path / "serve.log"
@@ -155,3 +163,8 @@ def test_the_ray_autoscaler_adds_decode_nodes_for_a_starved_rank_and_removes_the
     _until("the autoscaler did not remove the idle nodes",
            lambda: _removed_idle(monitor) >= 2 and _active_decode_nodes(monitor) == 1, 90, monitor)
     assert serve_log.read_text().count("gave back the decode actor") >= 2  # drained, none lost
+    scraped = _scrape(metrics)  # what the HPA and the dashboard read
+    assert scraped["shardstream_decoders_wanted"] == 1 and scraped["shardstream_decoders_draining"] == 0
+    assert scraped['shardstream_scaling_decisions_total{direction="up"}'] >= 1
+    assert scraped['shardstream_scaling_decisions_total{direction="down"}'] >= 1
+    assert 0 <= scraped["shardstream_decode_busy_ratio"] <= 1

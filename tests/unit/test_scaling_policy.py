@@ -168,3 +168,10 @@ def test_a_stall_still_falling_after_a_step_up_waits_instead_of_climbing_again()
     assert policy.decide(_obs(5, busy=4.0, rate=400, stall=0.04)).direction == "hold"
     # A stall that stays up is starvation: it climbs.
     assert policy.decide(_obs(5, busy=5.0, rate=500, stall=0.3)).direction == "up"
+
+
+def test_no_rank_fetching_gives_back_even_while_the_pool_is_still_changing() -> None:
+    policy = _policy(start=1)
+    assert policy.decide(_obs(1, busy=1.0, rate=100, stall=0.8)).wanted == 7
+    idle = policy.decide(Observation(3, False, (JobDemand("done", 0.0, 0.0, None),)))
+    assert idle == Decision(1, "down", "no rank is fetching: back to the minimum")

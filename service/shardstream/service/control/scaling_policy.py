@@ -149,16 +149,17 @@ class ScalingPolicy:
 
     def decide(self, obs: Observation) -> Decision:
         s, n = self.settings, obs.ready
+        if not obs.fetching:  # a whole window without a rank: nothing to judge, nothing to serve
+            self._step_from = self._down_from = self._ceiling = self._floor = None
+            self._stalls = {}
+            if self.wanted > s.min_decoders:
+                return self._to(s.min_decoders, "down", "no rank is fetching: back to the minimum")
+            return Decision(self.wanted, "hold", "no rank is fetching")
         if not obs.steady:
             return Decision(self.wanted, "hold", f"waiting for the pool to settle: {n} decoder(s) ready, "
                             f"{self.wanted} wanted")
         rate = obs.samples_per_s
         previous, self._stalls = self._stalls, {job.name: job.stall or 0.0 for job in obs.fetching}
-        if not obs.fetching:
-            self._step_from = self._down_from = self._ceiling = self._floor = None
-            if self.wanted > s.min_decoders:
-                return self._to(s.min_decoders, "down", "no rank is fetching: back to the minimum")
-            return Decision(self.wanted, "hold", "no rank is fetching")
         starved = obs.starved(s.scale_up_stall)
 
         if self._step_from is not None and n > self._step_from.decoders:  # judge the last step up
