@@ -9,12 +9,25 @@ from typing import Any
 from bench.report import SYSTEM_LABELS
 
 
-def write_chart(results: dict[str, Any], path: Path) -> Path:
+def _pyplot() -> Any:
+    """matplotlib's pyplot drawing to files only (no display here)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    _pyplot().close(fig)
+    return path
+
+
+def write_chart(results: dict[str, Any], path: Path) -> Path:
     systems = [(name, e) for name, e in results["systems"].items() if e["status"] == "ok"]
     labels = [SYSTEM_LABELS.get(name, name) for name, _ in systems]
     rate = [e["median"]["samples_per_s"] for _, e in systems]
@@ -22,7 +35,7 @@ def write_chart(results: dict[str, Any], path: Path) -> Path:
     cpu_children = [e["median"]["cpu_children_per_1k"] for _, e in systems]
     colors = ["#d62728" if name == "shardstream" else "#7f7f7f" for name, _ in systems]
 
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(11, 4.2))
     bars = left.bar(labels, rate, color=colors)
     left.bar_label(bars, labels=[f"{r:,.0f}" for r in rate], padding=2)
     left.set_title("throughput (samples/s, higher is better)")
@@ -42,25 +55,16 @@ def write_chart(results: dict[str, Any], path: Path) -> Path:
     fig.suptitle(f"{results['date'][:10]}, {machine['cores']} cores ({machine['cpu_model']}), "
                  f"batch {results['config']['batch_size']}, medians of "
                  f"{results['config']['repetitions']} round(s)", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_scaling_chart(result: dict[str, Any], path: Path) -> Path:
     """Aggregate samples/s against decode nodes, with the line each node's first-point rate would
     give if nodes added their full share (what separate machines approach; here they share cores)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     rows = result["rows"]
     nodes = [int(r["decoders"]) for r in rows]
     rate = [r["samples_per_s"] for r in rows]
-    fig, axis = plt.subplots(figsize=(6.5, 4.2))
+    fig, axis = _pyplot().subplots(figsize=(6.5, 4.2))
     axis.plot(nodes, [rows[0]["per_actor"] * n for n in nodes], linestyle="--", color="#7f7f7f",
               label="linear from 1 node")
     axis.plot(nodes, rate, marker="o", color="#d62728", label="shardstream, one rank")
@@ -74,27 +78,18 @@ def write_scaling_chart(result: dict[str, Any], path: Path) -> Path:
     machine = result["machine"]
     axis.set_title(f"{result['date'][:10]}: every node shares {machine['cores']} cores with the consumer",
                    fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def write_links_chart(result: dict[str, Any], path: Path) -> Path:
     """bench.capped_links: samples/s one rank received against decode hosts at separate addresses,
     beside the sum of the hosts' link caps (in samples) and the 0.9x target."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     runs = result["runs"]
     hosts = [int(r["decode_hosts"]) for r in runs]
     rate = [r["samples_per_s"] for r in runs]
     sample_bytes = result["row_bytes"]
     caps = [r["caps_mb_s"] * 1e6 / sample_bytes for r in runs]
-    fig, axis = plt.subplots(figsize=(6.5, 4.2))
+    fig, axis = _pyplot().subplots(figsize=(6.5, 4.2))
     axis.plot(hosts, caps, linestyle="--", color="#7f7f7f", label=f"sum of the link caps ({result['mbit']:.0f} Mbit/s "
               "a host)")
     axis.plot(hosts, [0.9 * c for c in caps], linestyle=":", color="#7f7f7f", label="0.9x the caps (target)")
@@ -112,11 +107,7 @@ def write_links_chart(result: dict[str, Any], path: Path) -> Path:
     machine = result["machine"]
     axis.set_title(f"{result['date'][:16]}: hosts are network namespaces sharing {machine['cores']} cores; "
                    f"load {machine['load_average_1m_at_start']:.2f}", fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 __all__ = ["write_chart", "write_links_chart", "write_scaling_chart"]

@@ -38,8 +38,7 @@ import pyarrow.parquet as pq
 
 from bench.services import shardstream_service
 from shardstream.client.distributed import default_job_name
-from shardstream.client.fetcher import DECODERS_REFRESH_S
-from shardstream.proto import PROTOCOL_VERSION
+from shardstream.proto import DECODERS_REFRESH_S, PROTOCOL_VERSION
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.control.jobs import JobRegistry

@@ -313,6 +313,7 @@ def test_a_decoder_behind_a_black_holed_network_loses_its_steps_to_the_others(
     from shardstream.client import fetcher
     from shardstream.client.channels import DecoderChannels
     from shardstream.client.connection import CHANNEL_OPTIONS
+    from shardstream.client.decoder_stream import FetchTarget
     from shardstream.client.stats import LoaderStats
     from shardstream.client.tensors import batch_to_tensors
     from tests.proxy import ResettingProxy
@@ -329,7 +330,7 @@ def test_a_decoder_behind_a_black_holed_network_loses_its_steps_to_the_others(
     keepalive = {"grpc.keepalive_time_ms": 1000, "grpc.keepalive_timeout_ms": 1000, "grpc.http2.ping_timeout_ms": 1000}
     channels = DecoderChannels(None, [(k, keepalive.get(k, v)) for k, v in CHANNEL_OPTIONS])
     prefetcher = fetcher.DirectPrefetcher(
-        [proxy.address, second], fetcher.FetchTarget(job_id, 1, 1, 0, steps), 6, 1 << 30,
+        [proxy.address, second], FetchTarget(job_id, 1, 1, 0, steps), 6, 1 << 30,
         lambda view: batch_to_tensors(view, False), 60.0, "black-hole test", channels, stats)
     got = []
     try:

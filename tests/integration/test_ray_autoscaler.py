@@ -14,11 +14,9 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -28,7 +26,7 @@ from shardstream.client import RemoteLoader
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from tests.datasets import oracle_batches, write_indexed
-from tests.processes import BIN, Hosts, end_all, free_ports, marked_pids, tail, wait_until
+from tests.processes import BIN, Hosts, free_ports, tail, wait_until
 
 NODE_STORE = 80 * 2**20
 ROWS = [120, 120]
@@ -54,21 +52,6 @@ def _autoscaling_config(gcs_address: str) -> dict[str, object]:
         "head_node_type": "ray.head.default", "auth": {"ssh_user": "unused"}, "file_mounts": {},
         "file_mounts_sync_continuously": False, **no_commands,
     }
-
-
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    started = Hosts(tmp_path)
-    yield started
-    end_all(started.processes, started.marker)
-    assert marked_pids(started.marker) == []
-
-
-@pytest.fixture
-def ray_temp_dir() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="ss-as-", dir="/tmp")  # Ray's socket paths must stay short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def _status(address: str) -> pb.ServiceStatus:

@@ -9,36 +9,15 @@ never by `ray stop`.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from shardstream.client import RemoteLoader
 from tests.datasets import oracle_batches, write_indexed
-from tests.processes import Hosts, end_all, free_ports, marked_pids, tail, tcp_open, wait_until
-
-BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-def hosts(tmp_path: Path) -> Iterator[Hosts]:
-    started = Hosts(tmp_path)
-    yield started
-    end_all(started.processes, started.marker)
-    assert marked_pids(started.marker) == []
-
-
-@pytest.fixture
-def ray_temp_dir() -> Iterator[str]:
-    path = tempfile.mkdtemp(prefix="ss-rs-", dir="/tmp")  # Ray's socket paths must stay short
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
+from tests.processes import BIN, Hosts, free_ports, tail, tcp_open, wait_until
 
 
 @pytest.mark.slow

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from bench.coordinator import CoordinatorCost
-from shardstream.client.fetcher import DECODERS_REFRESH_S
+from shardstream.proto import DECODERS_REFRESH_S
 
 
 def test_cost_per_call_and_ranks_per_core() -> None:

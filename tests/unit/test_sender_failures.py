@@ -11,7 +11,7 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from shardstream.client.fetcher import _sender_failure
+from shardstream.client.decoder_stream import sender_failure
 from shardstream.proto.errors import ERROR_METADATA_KEY
 
 
@@ -42,7 +42,7 @@ class _Status(grpc.RpcError):
     (grpc.StatusCode.NOT_FOUND, "JobNotFound"),  # a decoder not yet told of the job
 ])
 def test_transport_failures_go_to_the_other_decoders(code: grpc.StatusCode, error_class: str | None) -> None:
-    assert _sender_failure(_Status(code, "x", error_class))
+    assert sender_failure(_Status(code, "x", error_class))
 
 
 @pytest.mark.parametrize(("code", "error_class"), [
@@ -55,4 +55,4 @@ def test_transport_failures_go_to_the_other_decoders(code: grpc.StatusCode, erro
 ])
 def test_a_failure_any_decoder_would_repeat_reaches_the_rank_at_once(code: grpc.StatusCode,
                                                                       error_class: str) -> None:
-    assert not _sender_failure(_Status(code, "x", error_class))
+    assert not sender_failure(_Status(code, "x", error_class))

@@ -30,40 +30,38 @@ the last one's room in the window), and close().
 
 from __future__ import annotations
 
-import collections
 import logging
-import queue
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TypeVar
 
 import grpc
 
-from shardstream.client import bulk_socket
-from shardstream.client.bulk_socket import BulkSocket
 from shardstream.client.channels import DecoderChannels, host_of
+from shardstream.client.decoder_stream import (
+    DecoderStream,
+    FetchTarget,
+    describe_failure,
+    drained,
+    sender_failure,
+)
 from shardstream.client.placement import StepPlacement
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shared_slots import SlotPool, is_local_address, shared_memory_available
 from shardstream.client.shutdown import track_stream, untrack_stream
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import Batch, batch_nbytes
-from shardstream.proto import DECODERS_REFRESH_S, FETCH_BATCHES_METHOD, PROTOCOL_VERSION
+from shardstream.proto import DECODERS_REFRESH_S
 from shardstream.proto.errors import (
     DeadlineExceeded,
-    DecoderDraining,
-    JobNotFound,
     ServiceUnavailable,
     ShardstreamError,
     from_rpc_error,
 )
-from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import BatchView, BulkOffer, WireError, parse_batch
+from shardstream.proto.wire import BatchView
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -76,23 +74,6 @@ class BatchHeader:
 
 
 Converted = tuple[BatchHeader, Batch]
-
-T = TypeVar("T")
-
-
-def until_none(messages: queue.Queue[T | None]) -> Iterator[T]:
-    """A request stream fed from a queue; putting None ends it."""
-    while True:
-        message = messages.get()
-        if message is None:
-            return
-        yield message
-
-# Codes that mean "this decoder cannot serve now" (gone, restarting, not yet told of the job),
-# not "this request is wrong": its steps go to the other decoders.
-SENDER_FAILURES = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED, grpc.StatusCode.DEADLINE_EXCEEDED,
-                   grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL}
-
 
 class ListingClock:
     """When a rank last asked the service for its job's decoders. Each epoch's fetcher refreshes
@@ -107,115 +88,6 @@ class ListingClock:
 
     def next_in_s(self) -> float:
         return max(0.0, DECODERS_REFRESH_S - (time.monotonic() - self._at))
-
-
-@dataclass(frozen=True)
-class FetchTarget:
-    """What one epoch's fetch is for."""
-
-    job_id: str
-    epoch: int
-    rank: int
-    start_step: int
-    end_step: int
-    placement: str = ""  # what the step numbers stand for (placement.py): world size, batch size, rank
-
-
-class _Sender:
-    """One decoder's FetchBatches stream: wants go out from a queue, batches come back on a thread."""
-
-    def __init__(self, address: str, target: FetchTarget, channels: DecoderChannels, slots: SlotPool | None,
-                 bulk: bool, timeout_s: float) -> None:
-        self.address = address
-        self.slots = slots  # offered with each want when the decoder is on this host
-        self.offered: collections.deque[str] = collections.deque()  # one per want, in order
-        self.bulk: BulkSocket | None = None  # once connected, wants ask for their batches on it
-        self._channels = channels
-        self._timeout_s = timeout_s
-        self.wants: queue.Queue[pb.FetchControl | None] = queue.Queue()
-        bulk = bulk and address not in channels.bulk_unreachable
-        self.wants.put(pb.FetchControl(open=pb.FetchOpen(
-            protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank,
-            bulk=bulk)))
-        # Until the decoder's answer to `bulk` (its offer) is taken up, wants wait here, so that
-        # every batch can come on the bulk socket.
-        self._lock = threading.Lock()
-        self._held: list[pb.Want] | None = [] if bulk else None
-        # the loader's channel, kept across epochs (channels.py)
-        fetch = channels.get(address).stream_stream(
-            FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
-            response_deserializer=parse_batch)
-        self.call = fetch(until_none(self.wants), metadata=channels.call_metadata())
-        self.thread: threading.Thread | None = None
-        self._closed = False
-
-    def want(self, step: int, max_bytes: int, data_stall: float | None = None) -> None:
-        slot = self.slots.offer() if self.slots is not None else ""
-        self.offered.append(slot)
-        want = pb.Want(step=step, max_bytes=max_bytes, slot=slot, data_stall=data_stall)
-        with self._lock:
-            if self._held is not None:
-                self._held.append(want)
-                return
-            want.bulk = self.bulk is not None
-            self.wants.put(pb.FetchControl(want=want))
-
-    def unwrap(self, view: BatchView) -> BatchView | None:
-        """The batch itself: `view`, or the one in shared memory or on the bulk socket it names.
-        None for the stream's bulk offer, which this takes up."""
-        if view.bulk_offer is not None:
-            self._connect_bulk(view.bulk_offer)
-            return None
-        slot = self.offered.popleft() if self.offered else ""
-        if view.bulk_size:
-            if self.bulk is None:
-                raise WireError(f"decoder {self.address} sent step {view.step} on a bulk socket this rank "
-                                "has not connected")
-            return _same_batch(view, parse_batch(self.bulk.receive(view.bulk_size).data), "its bulk socket")
-        if view.shared is None:
-            if slot and self.slots is not None:
-                self.slots.declined(slot)
-            return view
-        if self.slots is None or view.shared.slot != slot:
-            raise WireError(f"decoder {self.address} wrote step {view.step} into slot {view.shared.slot!r}, "
-                            f"but that want offered {slot or 'none'!r}")
-        return _same_batch(view, parse_batch(self.slots.lease(view.shared).data), f"slot {slot!r}")
-
-    def _connect_bulk(self, offer: BulkOffer) -> None:
-        """Connect the socket the decoder offered (port 0: it has none), then send the wants held."""
-        connected = None
-        if offer.port:
-            connected = bulk_socket.connect(self.address, offer, self._channels.tls, self._timeout_s)
-            if connected is None:
-                self._channels.bulk_unreachable.add(self.address)
-        if connected is not None and self._closed:
-            connected.close()
-            connected = None
-        with self._lock:
-            self.bulk = connected
-            for want in self._held or ():
-                want.bulk = connected is not None
-                self.wants.put(pb.FetchControl(want=want))
-            self._held = None
-
-    def close(self) -> None:
-        self._closed = True
-        self.wants.put(None)
-        self.call.cancel()
-        if self.bulk is not None:
-            self.bulk.close()
-        if self.thread is not None:
-            self.thread.join(timeout=5.0)
-        if self.slots is not None:
-            self.slots.close()
-
-
-def _same_batch(announced: BatchView, batch: BatchView, where: str) -> BatchView:
-    """`batch`, found in `where`, after checking it is the one the stream announced."""
-    if (batch.epoch, batch.rank, batch.step) != (announced.epoch, announced.rank, announced.step):
-        raise WireError(f"{where} holds step {batch.step} of epoch {batch.epoch} rank {batch.rank}, not step "
-                        f"{announced.step} of epoch {announced.epoch} rank {announced.rank}")
-    return batch
 
 
 class DirectPrefetcher:
@@ -241,7 +113,7 @@ class DirectPrefetcher:
         self._ready: dict[int, Converted] = {}
         self._error: BaseException | None = None
         self._closed = False
-        self._senders: dict[str, _Sender] = {}
+        self._senders: dict[str, DecoderStream] = {}
         self._channels = channels
         self._stop = threading.Event()
         self._last_failure = ""
@@ -262,7 +134,7 @@ class DirectPrefetcher:
         if address in self._senders:
             return
         slots = SlotPool() if self._shared_memory and is_local_address(address) else None
-        sender = _Sender(address, self._target, self._channels, slots, bulk=self._bulk and slots is None,
+        sender = DecoderStream(address, self._target, self._channels, slots, bulk=self._bulk and slots is None,
                          timeout_s=self._timeout_s)
         self._senders[address] = sender
         self._scheduler.add_sender(address)
@@ -290,7 +162,7 @@ class DirectPrefetcher:
                     log.info("%s: fetching from %d decoder(s) that joined: %s", self._describe, len(new), new)
                     self._cond.notify_all()
 
-    def _receive(self, sender: _Sender) -> None:
+    def _receive(self, sender: DecoderStream) -> None:
         failure: BaseException | None = None
         try:
             for announced in sender.call:
@@ -321,11 +193,10 @@ class DirectPrefetcher:
         with self._cond:
             if self._closed:
                 return
-            if isinstance(failure, grpc.RpcError) and not _sender_failure(failure):
+            if isinstance(failure, grpc.RpcError) and not sender_failure(failure):
                 self._error = self._error or from_rpc_error(failure)  # the request is wrong: say so
             else:
-                drained = isinstance(failure, grpc.RpcError) and isinstance(from_rpc_error(failure), DecoderDraining)
-                self._drop(sender.address, _describe_failure(failure), drained)
+                self._drop(sender.address, describe_failure(failure), drained(failure))
             self._cond.notify_all()
 
     def _drop(self, address: str, why: str, drained: bool = False) -> None:
@@ -397,22 +268,4 @@ class DirectPrefetcher:
             sender.close()
 
 
-def _sender_failure(exc: grpc.RpcError) -> bool:
-    """Whether the steps of a decoder that failed with `exc` go to the others. A decoder that
-    answered with a typed error has said why, and any decoder would repeat it (a bad file or
-    sample, a changed file, a decode past decode_timeout_s, its own internal fault): it reaches
-    the loop at once. Only failures of the link or the process (no typed error), a decoder
-    stopping (ServiceUnavailable) or one not yet told of the job (JobNotFound) are retried."""
-    error = from_rpc_error(exc)
-    if error.from_service:
-        return isinstance(error, (ServiceUnavailable, JobNotFound))
-    return exc.code() in SENDER_FAILURES or isinstance(error, JobNotFound)  # type: ignore[attr-defined]
-
-
-def _describe_failure(failure: BaseException | None) -> str:
-    if isinstance(failure, grpc.RpcError):
-        return f"{failure.code().name}: {failure.details()}"  # type: ignore[attr-defined]
-    return str(failure)
-
-
-__all__ = ["DirectPrefetcher", "FetchTarget", "ListingClock"]
+__all__ = ["BatchHeader", "Converted", "DirectPrefetcher", "ListingClock"]

@@ -26,8 +26,9 @@ from typing import Any, Literal
 from shardstream.client.auth import Token
 from shardstream.client.channels import DecoderChannels
 from shardstream.client.connection import CHANNEL_OPTIONS, NoProgress, ServiceConnection
+from shardstream.client.decoder_stream import FetchTarget
 from shardstream.client.distributed import default_job_name, resolve_rank_world
-from shardstream.client.fetcher import DirectPrefetcher, FetchTarget, ListingClock
+from shardstream.client.fetcher import DirectPrefetcher, ListingClock
 from shardstream.client.job_spec import job_spec
 from shardstream.client.profiling import NamedWaits
 from shardstream.client.stall import LoopWaits
