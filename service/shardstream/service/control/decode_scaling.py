@@ -62,6 +62,11 @@ class ScalingState:
     last_change: Decision | None = None  # the last decision that changed the size ...
     changed_at: float = 0.0  # ... at this time.monotonic()
 
+    @property
+    def busy_ratio(self) -> float:
+        """The decoders' busy share over the window."""
+        return self.busy / max(self.ready, 1)
+
 
 class DecodeScaling:
     def __init__(self, policy: ScalingPolicy, pool: DecodePool, registry: JobRegistry, window_s: float,

@@ -104,7 +104,7 @@ class _ScalingCollector(Collector):
         if state is not None:
             yield GaugeMetricFamily(
                 "shardstream_decode_busy_ratio", "The decoders' busy share over the scaling policy's last window",
-                value=state.busy / max(state.ready, 1))
+                value=state.busy_ratio)
 
 
 class _StateCollector(Collector):

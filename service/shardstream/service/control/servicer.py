@@ -166,7 +166,7 @@ def _scaling_status(scaling: DecodeScaling | None, pool: DecodePool) -> pb.Decod
     return pb.DecodeScalingStatus(
         enabled=True, min_decoders=settings.min_decoders, max_decoders=settings.max_decoders,
         wanted=state.decision.wanted, ready=pool.size, draining=pool.draining,
-        busy_ratio=state.busy / max(state.ready, 1), decision=state.decision.direction, reason=state.decision.reason,
+        busy_ratio=state.busy_ratio, decision=state.decision.direction, reason=state.decision.reason,
         last_change=last.reason if last is not None else "",
         last_change_seconds_ago=time.monotonic() - state.changed_at if last is not None else 0.0,
         decisions_up=state.up, decisions_down=state.down)
