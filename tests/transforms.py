@@ -25,7 +25,10 @@ def scaled(**kwargs: Any) -> Scaled:
 
 
 class Slow:
-    """Plain columns, `delay_s` per sample: long enough epochs to inject faults into."""
+    """Plain columns, `delay_s` per sample: long enough epochs to inject faults into, every epoch (not
+    kept in the prepared-sample cache, which would make later epochs fast)."""
+
+    cache_prepared = False
 
     def __init__(self, delay_s: float = 0.01) -> None:
         self.delay_s = delay_s

@@ -57,7 +57,7 @@ def test_the_configmap_loads_into_the_service_config() -> None:
               "max_message_bytes": 1 << 28, "grpc_workers": 16,
               "max_request_bytes": 1 << 20, "job_idle_ttl_s": 90.0,
               "max_abandoned_storage_calls": 5, "prepared_cache_memory_bytes": 8 << 30,
-              "prepared_cache_disk_bytes": 100 << 30, "priority_classes": ["high=4", "batch=0.5"],
+              "prepared_cache": False, "priority_classes": ["high=4", "batch=0.5"],
               "job_max_decoders": 8, "job_max_in_flight_bytes": 4 << 30, "job_max_cache_bytes": 16 << 30,
               "dataset_protocols": ["file", "gs", "hdfs"], "max_world_size": 4096, "max_batch_size": 8192,
               "max_shuffle_block": 1 << 20, "max_bucket_window": 100, "max_epoch": 10_000, "max_seq_len": 8192,
@@ -67,12 +67,14 @@ def test_the_configmap_loads_into_the_service_config() -> None:
               "autoscale_max_decoders": None, "autoscale_min_decoders": 2, "autoscale_window_s": 5.0}
     assert set(config) == set(default_values()["config"]), "exercise every config value"
     data = render({"config": config, "service": {"port": 6001}, "metrics": {"port": 9300},
-                   "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy"}}}).config_map
+                   "decode": {"cpus": 4, "localCopy": {"mountPath": "/mnt/ssd/copy",
+                                                       "preparedSamplesBytes": 100 << 30}}}).config_map
     loaded = ServiceConfig.load(environ=data)
     expected = ServiceConfig(host="0.0.0.0", port=6001, ray_address="auto", metrics_port=9300,
                              local_copy_dir="/mnt/ssd/copy", data_port_base=52000, data_ports=32,
                              prepared_cache_memory_dir="/dev/shm/shardstream-prepared",
                              prepared_cache_disk_dir="/mnt/ssd/copy/prepared-samples",
+                             prepared_cache_disk_bytes=100 << 30,
                              **{k: _as_field_value(v) for k, v in config.items()})
     assert loaded == expected
 
@@ -83,8 +85,17 @@ def test_default_configmap_keeps_the_service_defaults() -> None:
     assert loaded == ServiceConfig(host="0.0.0.0", port=50051, ray_address="auto", metrics_port=9090,
                                    local_copy_dir=mount_path, data_port_base=52000, data_ports=8,
                                    prepared_cache_memory_dir="/dev/shm/shardstream-prepared",
-                                   prepared_cache_disk_dir=f"{mount_path}/prepared-samples")
+                                   prepared_cache_disk_dir=f"{mount_path}/prepared-samples",
+                                   prepared_cache_disk_bytes=16 * 2**30)
     assert loaded.local_copy_bytes == 64 * 2**30 > 0  # on by default, in the decode workers' volume
+    # the prepared cache too: its disk tier bounded to fit the volume's sizeLimit beside the local copy,
+    # its memory tier sized by each node (the pod's /dev/shm and memory limit)
+    assert loaded.prepared_cache and loaded.prepared_cache_memory_bytes is None
+    size_limit = default_values()["decode"]["localCopy"]["sizeLimit"]
+    assert size_limit.endswith("Gi") and int(size_limit[:-2]) * 2**30 > (
+        loaded.local_copy_bytes + loaded.prepared_cache_disk_bytes) * 1.02
+    unbounded = render({"decode": {"localCopy": {"preparedSamplesBytes": None}}}).config_map
+    assert ServiceConfig.load(environ=unbounded).prepared_cache_disk_bytes is None
     loaded = ServiceConfig.load(environ=render({"metrics": {"enabled": False}}).config_map)
     assert loaded.metrics_port is None
 

@@ -1,13 +1,14 @@
 """The prepared-sample cache through the real service: the same bytes cold, warm and off; shared by
 jobs; a rewritten shard read again; hits and sizes visible in status and metrics.
 
-Two services of this module's own (one decode actor each): one with both tiers of the cache in
+Two services of this module's own (one decode actor each): one with the cache at its defaults in
 fresh directories, the other with it off.
 """
 
 from __future__ import annotations
 
 import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from shardstream.client import RemoteLoader
+from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
 from tests.datasets import write_images
@@ -36,22 +38,25 @@ def _epoch(address: str, dataset: str, job: str, epoch: int, seed: int = 11,
 
 
 def _start(cache_dir: Path | None) -> tuple[Service, str]:
+    """The cache at its defaults (each tier sized by the node: memory on a tmpfs), in fresh directories;
+    or off with its one setting."""
     config = ServiceConfig(
         port=0, num_decoders=1, decoder_cpus=0.5, metrics_port=0, local_copy_bytes=0,
+        prepared_cache=cache_dir is not None,
         prepared_cache_memory_dir=str(cache_dir / "memory") if cache_dir else "",
-        prepared_cache_memory_bytes=1 << 26 if cache_dir else 0,
-        prepared_cache_disk_dir=str(cache_dir / "disk") if cache_dir else "",
-        prepared_cache_disk_bytes=1 << 26 if cache_dir else 0)
+        prepared_cache_disk_dir=str(cache_dir / "disk") if cache_dir else "")
     running, port = create_server(config)
     return running, f"127.0.0.1:{port}"
 
 
 @pytest.fixture(scope="module")
 def cached(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str, Path]]:
-    cache_dir = tmp_path_factory.mktemp("prepared")
+    cache_dir = Path(tempfile.mkdtemp(prefix="shardstream-test-prepared-", dir=SHARED_MEMORY_DIR))
+    (cache_dir / "disk").symlink_to(tmp_path_factory.mktemp("prepared-disk"))  # the disk tier on disk
     running, address = _start(cache_dir)
     yield running, address, cache_dir
     running.stop(grace=1.0)
+    shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -73,8 +78,13 @@ def test_batches_are_the_same_bytes_cold_warm_and_off_and_a_second_job_starts_wa
     first = _reads(address)
     assert first.prepared_misses - before.prepared_misses == N  # each sample prepared once, in epoch 0
     assert first.prepared_memory_hits - before.prepared_memory_hits == 2 * N  # then found, epochs 1 and 2
-    assert first.prepared_memory_bytes > 0 and first.prepared_disk_bytes > 0
-    assert any((cache_dir / "disk").iterdir()) and any((cache_dir / "memory").iterdir())
+    # each sample written once, to the memory tier while it has room (the disk tier takes the rest)
+    assert first.prepared_memory_bytes > 0 and first.prepared_disk_bytes == 0 and first.prepared_deferred == 0
+    # on by default: each tier sized by the node, which says what it chose and why
+    assert first.prepared_memory_sizing.startswith("auto: ") and "object store" in first.prepared_memory_sizing
+    assert first.prepared_disk_sizing.startswith("auto: a quarter of the")
+    assert first.prepared_memory_bound >= 256 << 20 and first.prepared_disk_bound >= 256 << 20
+    assert any((cache_dir / "memory").iterdir())
     # Another job on the same dataset and prepare spec (another seed: another order, other crops)
     # starts warm: nothing to read or prepare, and still its own bytes.
     assert _epoch(address, data, "prepared-sweep", 0, seed=99) == _epoch(uncached[1], data, "prepared-sweep-off",
@@ -122,20 +132,20 @@ def _retype(path: Path) -> None:
 
 def test_a_damaged_disk_tier_is_read_again_never_served(
         cached: tuple[Service, str, Path], uncached: tuple[Service, str], tmp_path: Path) -> None:
-    """After a warm epoch, the disk tier damaged four ways (the memory tier emptied, so the disk tier
-    is read): the next epochs are the bytes of a service with the cache off, each damaged entry is
+    """After a warm epoch, the samples moved to the disk tier (as when the memory tier is full) and
+    damaged there four ways: the next epochs are the bytes of a service with the cache off, each damaged entry is
     one fault of its cause, and the epoch takes no longer than a cold one (no retries)."""
     running, address, cache_dir = cached
     assert running.metrics_port
     data = str(tmp_path / "data")
     write_images(data, [9, 8])
     disk, memory = cache_dir / "disk", cache_dir / "memory"
-    before = {p for p in disk.glob("*/*")}
+    before = {p.name for p in memory.iterdir()}
     _epoch(address, data, "damaged-fill", 0)
-    entries = sorted({p for p in disk.glob("*/*") if not p.name.endswith(".tmp")} - before)
+    for folder in {p.name for p in memory.iterdir()} - before:
+        shutil.move(memory / folder, disk / folder)
+    entries = sorted(p for p in disk.glob("*/*") if p.parent.name not in before and not p.name.endswith(".tmp"))
     assert len(entries) == N
-    for folder in {p.parent.name for p in entries}:
-        shutil.rmtree(memory / folder, ignore_errors=True)
     flipped, source, overwritten, retyped, replaced = entries[:5]
     data_bytes = bytearray(flipped.read_bytes())
     data_bytes[-20] ^= 0x01  # one bit of the picture
@@ -153,7 +163,8 @@ def test_a_damaged_disk_tier_is_read_again_never_served(
     rose = {key: after[key] - faults.get(key, 0) for key in after if after[key] != faults.get(key, 0)}
     assert rose == {("disk", "checksum"): 2, ("disk", "key"): 1, ("disk", "io_error"): 1}
     assert elapsed < 20, f"the damaged epoch took {elapsed:.1f} s"
-    assert replaced.is_file()  # dropped, prepared again and stored sound
+    # dropped, prepared again and stored sound, in the first tier with room
+    assert not replaced.exists() and (memory / replaced.parent.name / replaced.name).is_file()
     # The next epoch finds sound entries everywhere: the same bytes, no fault.
     assert _epoch(address, data, "damaged-fill", 2) == _epoch(uncached[1], data, "damaged-off", 2)
     assert _faults(running.metrics_port) == after

@@ -40,8 +40,8 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
 
 
 def _serve(cache: bool) -> tuple[Service, str]:
-    running, port = create_server(ServiceConfig(port=0, decoder_cpus=0.5, local_copy_bytes=0,
-                                                prepared_cache_disk_bytes=1 << 26 if cache else 0))
+    running, port = create_server(ServiceConfig(port=0, decoder_cpus=0.5, local_copy_bytes=0, prepared_cache=cache,
+                                                prepared_cache_memory_bytes=0, prepared_cache_disk_bytes=1 << 26))
     return running, f"127.0.0.1:{port}"
 
 
@@ -68,7 +68,7 @@ def _reads(address: str) -> pb.NodeReads:
 
 def _held(temps: list[Path]) -> list[set[tuple[str, str]]]:
     """Each node's prepared samples on disk, as (dataset folder, row)."""
-    return [{(f.parent.name, f.name) for f in (t / "shardstream-prepared").glob("*/*") if not f.name.endswith(".tmp")}
+    return [{(f.parent.name, f.name) for f in (t / "shardstream-local-copy" / "prepared-samples").glob("*/*") if not f.name.endswith(".tmp")}
             for t in temps]
 
 

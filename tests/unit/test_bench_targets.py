@@ -27,14 +27,16 @@ def _results(**overrides: Any) -> dict[str, Any]:
     results: dict[str, Any] = {
         "config": {"prefetch": 4, "batch_size": 64},
         "systems": {
-            "shardstream": {**_system(1000.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
+            "shardstream": {**_system(1700.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
                                       server_main_cpu_per_1k=0.001),
+                            "network_path": {"runs": [], "median": {"samples_per_s": 1400.0}},
                             "prepared_cache": {"runs": [], "median": {"samples_per_s": 1600.0}},
                             "second_job_first": {"runs": [], "median": {"samples_per_s": 760.0}},
                             "second_job_warm": {"runs": [], "median": {"samples_per_s": 800.0}}},
             "dataloader": _system(1000.0, 1.0),
             "raydata": _system(400.0),
             "tfdata": {**_system(700.0), "cache_decoded": {"runs": [], "median": {"samples_per_s": 1500.0}}},
+            "spdl": _system(900.0),
         },
         "transport": _transport(1200.0, 1400.0),
     }
@@ -75,8 +77,22 @@ def test_ratios_are_shardstream_over_the_other_system() -> None:
     results["systems"]["dataloader"] = _system(2000.0, 1.0)
     t = _by_name(evaluate(results))["samples/s vs torch DataLoader"]
     assert t.status == FAIL
-    assert t.value == pytest.approx(0.5)
-    assert t.threshold == 0.95
+    assert t.value == pytest.approx(0.85)
+    assert t.threshold == 1.6
+
+
+def test_the_network_path_and_spdl_are_compared_too() -> None:
+    results = _results()
+    targets = _by_name(evaluate(results))
+    assert targets["network path samples/s vs torch DataLoader"].value == pytest.approx(1.4)
+    assert targets["samples/s vs SPDL"].value == pytest.approx(1700 / 900)
+    results["systems"]["shardstream"]["network_path"]["median"]["samples_per_s"] = 1200.0
+    results["systems"]["spdl"] = _system(1800.0)
+    targets = _by_name(evaluate(results))
+    assert targets["network path samples/s vs torch DataLoader"].status == FAIL
+    assert targets["samples/s vs SPDL"].status == FAIL
+    results["systems"]["spdl"] = {"status": "skipped", "reason": "no FFmpeg"}
+    assert _by_name(evaluate(results))["samples/s vs SPDL"].status == SKIP
 
 
 def test_cpu_target_compares_against_dataloader_main_plus_workers() -> None:

@@ -21,6 +21,7 @@ from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
+from shardstream.service.node.write_budget import WriteBudget
 from shardstream.service.transforms import build_transform
 from tests.datasets import memory_reader, write_images
 
@@ -147,11 +148,62 @@ def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Pa
         assert reader.asked == (indices.tolist() if epoch == 0 else [])  # warm: nothing read, nothing decoded
     delta = counters.take_delta()
     assert (delta.prepared_misses, delta.prepared_memory_hits) == (5, 5)
-    # The memory tier gone (a node restart with the disk kept): the disk tier serves, same bytes.
-    disk_only = PreparedCache(tiers[1:], counters).for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
-    again = decode_batch(job, memory_reader(index), transform, 1, indices, prepared_samples=disk_only)
+    assert tiers[1].stored_bytes == 0  # each sample written once: the memory tier had room for all
+    # A memory tier with room for two: the others go to the disk tier, and both serve the same bytes.
+    entry = tiers[0].stored_bytes // len(indices)
+    small = [SampleTier("memory", str(tmp_path / "m2"), int(entry * 2.5)),
+             SampleTier("disk", str(tmp_path / "d2"), 1 << 24)]
+    spilled = PreparedCache(small, counters).for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    decode_batch(job, memory_reader(index), transform, 0, indices, prepared_samples=spilled)
+    again = decode_batch(job, _CountingReader(memory_reader(index)), transform, 1, indices,  # type: ignore[arg-type]
+                         prepared_samples=spilled)
     np.testing.assert_array_equal(again.arrays["image"], plain.arrays["image"])
-    assert counters.take_delta().prepared_disk_hits == 5
+    delta = counters.take_delta()
+    assert (delta.prepared_misses, delta.prepared_memory_hits, delta.prepared_disk_hits) == (5, 2, 3)
+
+
+def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Path) -> None:
+    """Out of write budget, a prepared sample is not kept (counted as deferred) and is kept when it is
+    prepared again once the budget has grown back; the batch is the same bytes either way."""
+    index = _index(tmp_path / "data")
+    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
+                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    transform = build_transform("image", IMAGE_ARGS, ())
+    now = [0.0]
+    counters = SharedReadCounters()
+    budget = WriteBudget(share=0.1, burst_s=0.2, clock=lambda: now[0])
+    budget.spent(0.2)  # spent, as by an epoch's writes just before
+    cache = PreparedCache([SampleTier("memory", str(tmp_path / "m"), 1 << 24)], counters, budget=budget)
+    samples = cache.for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    indices = np.array([3, 7], dtype=np.int64)
+    plain = decode_batch(job, memory_reader(index), transform, 0, indices)
+    spent = decode_batch(job, memory_reader(index), transform, 0, indices, prepared_samples=samples)
+    np.testing.assert_array_equal(spent.arrays["image"], plain.arrays["image"])
+    delta = counters.take_delta()
+    assert (delta.prepared_misses, delta.prepared_deferred, cache.tiers[0].stored_bytes) == (2, 2, 0)
+    now[0] += 1.0  # a second later: 0.1 s of writing to spend
+    decode_batch(job, memory_reader(index), transform, 1, indices, prepared_samples=samples)
+    delta = counters.take_delta()
+    assert (delta.prepared_misses, delta.prepared_deferred) == (2, 0) and cache.tiers[0].stored_bytes > 0
+    decode_batch(job, memory_reader(index), transform, 2, indices, prepared_samples=samples)
+    assert counters.take_delta().prepared_memory_hits == 2
+
+
+def test_the_write_budget_grows_with_the_clock_and_banks_at_most_a_burst() -> None:
+    now = [100.0]
+    budget = WriteBudget(share=0.1, burst_s=0.5, clock=lambda: now[0])
+    assert budget.allows()  # starts with a burst's worth
+    budget.spent(0.6)
+    assert not budget.allows()  # 0.1 s in debt
+    now[0] += 0.5
+    assert not budget.allows()  # 0.05 s back: still 0.05 s in debt
+    now[0] += 1.0
+    assert budget.allows()
+    now[0] += 3600.0  # an idle hour banks half a second, not 360 s
+    budget.spent(0.5)
+    assert not budget.allows()
+    with pytest.raises(ValueError):
+        WriteBudget(share=0)
 
 
 class _DirectPeers(PreparedPeers):

@@ -24,7 +24,7 @@ from shardstream.service.settings import (
 )
 
 # A value of each setting unlike its default, as the command line and the environment spell it.
-SPELLED = {int: ("7", 7), float: ("2.5", 2.5), str: ("x.y", "x.y"), tuple: ("a.b", ("a.b",))}
+SPELLED = {int: ("7", 7), float: ("2.5", 2.5), str: ("x.y", "x.y"), tuple: ("a.b", ("a.b",)), bool: ("false", False)}
 
 
 @dataclass(frozen=True)
@@ -117,3 +117,15 @@ def test_the_chart_schema_follows_the_declaration() -> None:
 
 def test_the_checked_in_chart_files_are_current() -> None:
     assert chart_config.main(["--check"]) == 0, "run 'make chart-config'"
+
+
+def test_a_yes_no_setting_takes_the_usual_spellings_and_refuses_others() -> None:
+    parser = argparse.ArgumentParser()
+    add_flags(parser, ServiceConfig)
+    for raw, value in (("false", False), ("0", False), ("Off", False), ("no", False), ("true", True), ("on", True)):
+        assert from_environment(ServiceConfig, {"SHARDSTREAM_PREPARED_CACHE": raw}) == {"prepared_cache": value}
+        assert from_flags(parser.parse_args(["--prepared-cache", raw]), ServiceConfig) == {"prepared_cache": value}
+    with pytest.raises(ValueError, match="SHARDSTREAM_PREPARED_CACHE='maybe'"):
+        from_environment(ServiceConfig, {"SHARDSTREAM_PREPARED_CACHE": "maybe"})
+    assert "--prepared-cache true|false" in parser.format_help()
+    assert "default: true)" in parser.format_help()

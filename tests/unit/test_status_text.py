@@ -62,3 +62,14 @@ def test_the_scaling_policy_says_what_it_decided_and_why() -> None:
                                  "2 up, 1 down so far")
     assert lines[at + 1].strip() == "now: hold: waiting for the pool to settle"
     assert lines[at + 2].strip() == "last change, 42 s ago: job train waits 74% of its time"
+
+
+def test_each_node_says_how_big_its_prepared_cache_tiers_are_and_why() -> None:
+    status = _status()
+    status.node_reads.append(pb.NodeReads(
+        node_id="abcdef0123456789", prepared_memory_bound=2_400_000_000, prepared_memory_sizing="auto: half the room",
+        prepared_disk_bound=0, prepared_disk_sizing="off: set to 0"))
+    lines = _status_text("host:1", status).splitlines()
+    at = next(i for i, line in enumerate(lines) if "node abcdef012345" in line)
+    assert lines[at + 2].strip() == "prepared-sample cache, memory tier: 2.40 GB (auto: half the room)"
+    assert lines[at + 3].strip() == "prepared-sample cache, disk tier: off: set to 0"

@@ -67,7 +67,7 @@ def _schema(spec: Setting, kind: Kind) -> dict[str, Any]:
     if kind.base is tuple:
         entry: dict[str, Any] = {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": "^[^,]+$"}}
     else:
-        json_type = {int: "integer", float: "number", str: "string"}[kind.base]
+        json_type = {bool: "boolean", int: "integer", float: "number", str: "string"}[kind.base]
         entry = {"type": [json_type, "null"] if kind.optional else json_type}
         for key, bound in (("minimum", spec.minimum), ("exclusiveMinimum", spec.above), ("maximum", spec.maximum)):
             if bound is not None:
@@ -86,6 +86,8 @@ def _yaml(value: Any) -> str:
         return "null"
     if isinstance(value, tuple):
         return "[" + ", ".join(json.dumps(v) for v in value) + "]"
+    if isinstance(value, bool):
+        return json.dumps(value)
     if isinstance(value, str):
         return json.dumps(value)
     return repr(value)

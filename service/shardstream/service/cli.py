@@ -223,6 +223,7 @@ def _status_text(address: str, status: Any) -> str:
                      f"step(s) queued, {sum(d.decoded for d in here)} sent")
         if node in reads:
             lines.append("    " + _reads_line(reads[node]))
+            lines.extend(_cache_sizing_lines(reads[node]))
     for job in status.jobs:
         lines.append(
             f"  job {job.job_id} {job.job_name!r}{f' (identity {job.owner})' if job.owner else ''}: "
@@ -281,6 +282,15 @@ def _reads_line(r: Any) -> str:
             f"{r.disk_hits + r.disk_misses}; local copy {r.disk_bytes / 1e6:,.1f} MB" + _prepared_text(r))
 
 
+def _cache_sizing_lines(r: Any) -> list[str]:
+    """The bounds the node's prepared-sample cache got, and why (node/cache_sizing.py)."""
+    if not (r.prepared_memory_sizing or r.prepared_disk_sizing):
+        return []
+    return [f"    prepared-sample cache, {tier} tier: " + (f"{bound / 1e9:,.2f} GB ({why})" if bound else why)
+            for tier, bound, why in (("memory", r.prepared_memory_bound, r.prepared_memory_sizing),
+                                     ("disk", r.prepared_disk_bound, r.prepared_disk_sizing))]
+
+
 def _prepared_text(r: Any) -> str:
     """The node's prepared-sample cache, when it was asked for samples."""
     found = r.prepared_memory_hits + r.prepared_disk_hits + r.prepared_peer_hits
@@ -290,6 +300,7 @@ def _prepared_text(r: Any) -> str:
     hit = found / looked if looked else 0.0
     return (f"; prepared samples: {hit:.1%} of {looked} found (memory {r.prepared_memory_hits}, disk "
             f"{r.prepared_disk_hits}, other nodes {r.prepared_peer_hits}), "
+            f"{r.prepared_deferred} kept later (write budget), "
             f"{r.prepared_memory_bytes / 1e6:,.1f} MB in memory, "
             f"{r.prepared_disk_bytes / 1e6:,.1f} MB on disk")
 

@@ -89,19 +89,24 @@ class ServiceConfig:
         64 * 2**30, "bound of each decode node's local copy of the row groups it read, stored uncompressed; "
         "least recently used row groups are removed beyond it (0: off, every miss reads storage). Keep it "
         "below the volume's size", minimum=0)
-    prepared_cache_memory_bytes: int = setting(
-        0, "each decode node's memory tier (a tmpfs) of prepared samples (what a transform's prepare made "
-        "of each sample: decoded images), so later epochs and other jobs skip reading and decoding, bytes "
-        "(0: off). In the chart it lives in /dev/shm: keep shm.sizeLimit above it plus Ray's object store",
-        minimum=0)
+    prepared_cache: bool = setting(
+        True, "keep what a transform's prepare made of each sample (decoded images) on each decode node, so "
+        "later epochs and other jobs over the same data skip reading and decoding it (docs/prepared-cache.md); "
+        "false: both tiers off, every epoch decodes again")
+    prepared_cache_memory_bytes: int | None = setting(
+        None, "each decode node's memory tier (a tmpfs) of prepared samples, bytes (0: off; unset: each node "
+        "sizes it when its decode actors start, from the room its /dev/shm has beside Ray's object store and "
+        "its memory limit, and says what it chose in the log and `shardstream status`)", minimum=0)
     prepared_cache_memory_dir: str = setting(
         "", "the tmpfs directory of that memory tier (empty: /dev/shm/shardstream-prepared)",
         chart="/dev/shm/shardstream-prepared (the pods' shm volume)")
-    prepared_cache_disk_bytes: int = setting(
-        0, "each decode node's disk tier of prepared samples, bytes (0: off). In the chart it lives in "
-        "decode.localCopy's volume: keep its size above local_copy_bytes plus this", minimum=0)
+    prepared_cache_disk_bytes: int | None = setting(
+        None, "each decode node's disk tier of prepared samples, bytes (0: off; unset: a quarter of the free "
+        "space of its directory's disk, at most 64 GiB, decided on each node). In the chart it lives in "
+        "decode.localCopy's volume: keep its size above local_copy_bytes plus this", minimum=0,
+        chart="decode.localCopy.preparedSamplesBytes")
     prepared_cache_disk_dir: str = setting(
-        "", "a local-disk directory for that disk tier (empty: $TMPDIR/shardstream-prepared)",
+        "", "a local-disk directory for that disk tier (empty: prepared-samples in the local copy's directory)",
         chart="<decode.localCopy.mountPath>/prepared-samples (the local copy's volume)")
     max_message_bytes: int = setting(1 << 30, "largest gRPC message (one batch) a decode actor sends, bytes",
                                      minimum=1)

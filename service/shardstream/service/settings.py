@@ -44,13 +44,26 @@ def setting(default: Any, help: str, **declared: Any) -> Any:
 class Kind:
     """A field's declared type, as the environment, flags and chart see it."""
 
-    base: type  # int, float, str or tuple (of str)
+    base: type  # bool, int, float, str or tuple (of str)
     optional: bool  # None allowed (it means "the service decides")
 
     def parse(self, raw: str) -> Any:
         if self.base is tuple:
             return tuple(p.strip() for p in raw.split(",") if p.strip())
+        if self.base is bool:
+            return parse_bool(raw)
         return self.base(raw)
+
+
+TRUE, FALSE = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+def parse_bool(raw: str) -> bool:
+    """A yes/no setting as a flag, the environment or the chart spells it."""
+    word = raw.strip().lower()
+    if word in TRUE or word in FALSE:
+        return word in TRUE
+    raise ValueError(f"expected one of {', '.join(TRUE + FALSE)}, got {raw!r}")
 
 
 def declared(cls: type) -> list[tuple[dataclasses.Field[Any], Setting, Kind]]:
@@ -65,8 +78,8 @@ def kind_of(hint: Any) -> Kind:
     optional = isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union
     base = args[0] if optional else hint
     base = typing.get_origin(base) or base
-    if base not in (int, float, str, tuple):
-        raise TypeError(f"a setting is int, float, str or tuple[str, ...] (or that | None), not {hint}")
+    if base not in (bool, int, float, str, tuple):
+        raise TypeError(f"a setting is bool, int, float, str or tuple[str, ...] (or that | None), not {hint}")
     return Kind(base, optional)
 
 
@@ -74,7 +87,7 @@ def check_bounds(instance: Any) -> None:
     """The declared bounds of every setting of `instance` (a ValueError naming the first broken one)."""
     for f, spec, _ in declared(type(instance)):
         value = getattr(instance, f.name)
-        if value is None or isinstance(value, (str, tuple)):
+        if value is None or isinstance(value, (bool, str, tuple)):
             continue
         if spec.minimum is not None and value < spec.minimum:
             raise ValueError(f"{f.name} must be >= {spec.minimum:g}, got {value}")
@@ -110,14 +123,15 @@ def add_flags(parser: argparse.ArgumentParser, cls: type) -> None:
     """One flag per setting of `cls` (none given: the environment's value, else the default)."""
     for f, spec, kind in declared(cls):
         default: Any = f.default
-        shown = ",".join(default) if kind.base is tuple else "" if default is None else str(default)
+        shown = (",".join(default) if kind.base is tuple else "" if default is None
+                 else str(default).lower() if kind.base is bool else str(default))
         text = f"{spec.help} (env {env_name(f.name)}; default: {shown or ('none' if kind.base is tuple else 'unset')})"
         if kind.base is tuple:
             parser.add_argument(flag_of(f.name, spec), dest=f.name, action="append", metavar=spec.metavar or None,
                                 help=text + "; repeatable")
         else:
-            parser.add_argument(flag_of(f.name, spec), dest=f.name, type=kind.base, metavar=spec.metavar or None,
-                                help=text)
+            parser.add_argument(flag_of(f.name, spec), dest=f.name, type=parse_bool if kind.base is bool else kind.base,
+                                metavar=spec.metavar or ("true|false" if kind.base is bool else None), help=text)
 
 
 def from_flags(args: argparse.Namespace, cls: type) -> dict[str, Any]:
@@ -131,4 +145,4 @@ def from_flags(args: argparse.Namespace, cls: type) -> dict[str, Any]:
 
 
 __all__ = ["ENV_PREFIX", "Kind", "Setting", "add_flags", "check_bounds", "declared", "env_name", "flag_of",
-           "from_environment", "from_flags", "kind_of", "setting"]
+           "from_environment", "from_flags", "kind_of", "parse_bool", "setting"]

@@ -261,7 +261,7 @@ class DecoderStatus(_message.Message):
     def __init__(self, node_id: _Optional[str] = ..., in_flight: _Optional[int] = ..., decoded: _Optional[int] = ...) -> None: ...
 
 class NodeReads(_message.Message):
-    __slots__ = ("node_id", "storage_bytes_read", "storage_row_groups_read", "memory_hits", "memory_misses", "disk_hits", "disk_misses", "disk_bytes", "prepared_memory_hits", "prepared_disk_hits", "prepared_misses", "prepared_memory_bytes", "prepared_disk_bytes", "prepared_peer_hits")
+    __slots__ = ("node_id", "storage_bytes_read", "storage_row_groups_read", "memory_hits", "memory_misses", "disk_hits", "disk_misses", "disk_bytes", "prepared_memory_hits", "prepared_disk_hits", "prepared_misses", "prepared_memory_bytes", "prepared_disk_bytes", "prepared_peer_hits", "prepared_memory_bound", "prepared_disk_bound", "prepared_memory_sizing", "prepared_disk_sizing", "prepared_deferred")
     NODE_ID_FIELD_NUMBER: _ClassVar[int]
     STORAGE_BYTES_READ_FIELD_NUMBER: _ClassVar[int]
     STORAGE_ROW_GROUPS_READ_FIELD_NUMBER: _ClassVar[int]
@@ -276,6 +276,11 @@ class NodeReads(_message.Message):
     PREPARED_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     PREPARED_DISK_BYTES_FIELD_NUMBER: _ClassVar[int]
     PREPARED_PEER_HITS_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_MEMORY_BOUND_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_DISK_BOUND_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_MEMORY_SIZING_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_DISK_SIZING_FIELD_NUMBER: _ClassVar[int]
+    PREPARED_DEFERRED_FIELD_NUMBER: _ClassVar[int]
     node_id: str
     storage_bytes_read: int
     storage_row_groups_read: int
@@ -290,7 +295,12 @@ class NodeReads(_message.Message):
     prepared_memory_bytes: int
     prepared_disk_bytes: int
     prepared_peer_hits: int
-    def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., prepared_memory_hits: _Optional[int] = ..., prepared_disk_hits: _Optional[int] = ..., prepared_misses: _Optional[int] = ..., prepared_memory_bytes: _Optional[int] = ..., prepared_disk_bytes: _Optional[int] = ..., prepared_peer_hits: _Optional[int] = ...) -> None: ...
+    prepared_memory_bound: int
+    prepared_disk_bound: int
+    prepared_memory_sizing: str
+    prepared_disk_sizing: str
+    prepared_deferred: int
+    def __init__(self, node_id: _Optional[str] = ..., storage_bytes_read: _Optional[int] = ..., storage_row_groups_read: _Optional[int] = ..., memory_hits: _Optional[int] = ..., memory_misses: _Optional[int] = ..., disk_hits: _Optional[int] = ..., disk_misses: _Optional[int] = ..., disk_bytes: _Optional[int] = ..., prepared_memory_hits: _Optional[int] = ..., prepared_disk_hits: _Optional[int] = ..., prepared_misses: _Optional[int] = ..., prepared_memory_bytes: _Optional[int] = ..., prepared_disk_bytes: _Optional[int] = ..., prepared_peer_hits: _Optional[int] = ..., prepared_memory_bound: _Optional[int] = ..., prepared_disk_bound: _Optional[int] = ..., prepared_memory_sizing: _Optional[str] = ..., prepared_disk_sizing: _Optional[str] = ..., prepared_deferred: _Optional[int] = ...) -> None: ...
 
 class DecodeScalingStatus(_message.Message):
     __slots__ = ("enabled", "min_decoders", "max_decoders", "wanted", "ready", "draining", "busy_ratio", "decision", "reason", "last_change", "last_change_seconds_ago", "decisions_up", "decisions_down")

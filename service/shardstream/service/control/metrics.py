@@ -190,6 +190,9 @@ class _StateCollector(Collector):
         prepared_misses = CounterMetricFamily("shardstream_prepared_cache_misses",
                                               "Samples read and prepared with the prepared-sample cache on",
                                               labels=["node"])
+        prepared_deferred = CounterMetricFamily(
+            "shardstream_prepared_cache_deferred", "Samples prepared and not kept, because the decode actor had "
+            "spent its share of time on keeping samples; kept when prepared again", labels=["node"])
         prepared_bytes = GaugeMetricFamily("shardstream_prepared_cache_bytes",
                                            "Bytes a tier of the prepared-sample cache holds", labels=["tier", "node"])
         faults = CounterMetricFamily("shardstream_cache_faults",
@@ -215,7 +218,8 @@ class _StateCollector(Collector):
                 prepared_bytes.add_metric([tier, node], getattr(reads, f"prepared_{tier}_bytes"))
             prepared_hits.add_metric(["peer", node], reads.prepared_peer_hits)
             prepared_misses.add_metric([node], reads.prepared_misses)
-        yield from (storage, groups, hits, misses, cached, prepared_hits, prepared_misses, prepared_bytes, faults,
+            prepared_deferred.add_metric([node], reads.prepared_deferred)
+        yield from (storage, groups, hits, misses, cached, prepared_hits, prepared_misses, prepared_deferred, prepared_bytes, faults,
                     verify)
 
 

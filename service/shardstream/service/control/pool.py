@@ -37,6 +37,7 @@ from shardstream.service.identities import IdentityTable
 from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batching import DecodeJob
 from shardstream.service.node.decoder import DecodeWorker, ReadSettings
+from shardstream.service.node.prepared_cache import CacheSizing
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.tls import TlsFiles
 
@@ -97,11 +98,12 @@ class DecodePool:
         self._read_settings = read_settings
         # With the prepared-sample cache on, every actor learns which actors run on which node
         # (the homes of prepared samples, prepared_peers.py) whenever that changes.
-        self._shares_prepared = read_settings.prepared_memory_bytes > 0 or read_settings.prepared_disk_bytes > 0
+        self._shares_prepared = read_settings.prepared_cache_on
         self._peers_shared: frozenset[tuple[str, str]] = frozenset()
         self._serving = serving or ServeSettings()  # each actor's batch server: ports, deadline, size
         self._tls = tls  # ... speaking TLS with these files, which must be on every decode node
         self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
+        self._cache_sizing: dict[str, CacheSizing] = {}  # node id -> the prepared cache's bounds its newest actor chose
         self._slots: list[_Slot] = []
         self._job_refs: dict[str, Any] = {}
         self._job_opened: dict[str, list[Any]] = {}  # job id -> the actors' open_job calls
@@ -226,12 +228,13 @@ class DecodePool:
             if not ray.wait([slot.probe], timeout=0)[0]:
                 return
             try:
-                slot.node_id, slot.batch_address = ray.get(slot.probe)
+                slot.node_id, slot.batch_address, sizing = ray.get(slot.probe)
             except RayActorError as exc:  # it failed to start (e.g. no free data port): say why, then retry
                 log.error("a decode actor failed to start: %s", exc)
                 slot.state = SlotState.DEAD
                 return
             slot.opening = {}
+            self._note_cache_sizing(slot.node_id, sizing)
         for job_id, ref in self._job_refs.items():
             if job_id not in slot.opening:
                 slot.opening[job_id] = slot.actor.open_job.remote([job_id, ref])
@@ -250,6 +253,15 @@ class DecodePool:
         slot.opening = None
         slot.ready_at = time.monotonic()
         log.info("decode actor ready on node %s", slot.node_id[:12])
+
+    def _note_cache_sizing(self, node_id: str, sizing: CacheSizing) -> None:
+        """Log the bounds a node's prepared-sample cache got, once per node and change."""
+        with self._cond:
+            known, self._cache_sizing[node_id] = self._cache_sizing.get(node_id), sizing
+        if known != sizing:
+            log.info("prepared-sample cache on node %s: memory tier %.2f GB (%s); disk tier %.2f GB (%s)",
+                     node_id[:12], sizing.memory.bytes / 1e9, sizing.memory.reason, sizing.disk.bytes / 1e9,
+                     sizing.disk.reason)
 
     def _check_alive(self, slot: _Slot, interval_s: float) -> None:
         """Notice an actor that died while nothing was submitted to it: ranks fetching from its batch
@@ -353,6 +365,11 @@ class DecodePool:
         """Storage bytes read and cache hits and misses, summed per node over every actor it ran."""
         with self._cond:
             return {node: dataclasses.replace(reads) for node, reads in self._reads.items()}
+
+    def cache_sizing_by_node(self) -> dict[str, CacheSizing]:
+        """The prepared-sample cache's bounds on each node, as its newest actor chose them."""
+        with self._cond:
+            return dict(self._cache_sizing)
 
     def batch_addresses(self) -> list[str]:
         """host:port of every ready actor's batch server."""

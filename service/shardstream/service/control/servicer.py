@@ -37,6 +37,7 @@ from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.control.spec_limits import check_open_request
+from shardstream.service.node.prepared_cache import CacheSizing
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.shares import job_decoders, rank_window
 
@@ -153,7 +154,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             uptime_seconds=time.monotonic() - self.started,
             decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n, decoded=done)
                             for node, n, done in self.pool.status()],
-            node_reads=[_node_reads(node, reads) for node, reads in sorted(self.pool.reads_by_node().items())],
+            node_reads=_nodes_reads(self.pool.reads_by_node(), self.pool.cache_sizing_by_node()),
             scaling=_scaling_status(self.scaling, self.pool),
         )
 
@@ -172,13 +173,23 @@ def _scaling_status(scaling: DecodeScaling | None, pool: DecodePool) -> pb.Decod
         decisions_up=state.up, decisions_down=state.down)
 
 
-def _node_reads(node: str, r: ReadCounters) -> pb.NodeReads:
-    return pb.NodeReads(node_id=node, storage_bytes_read=r.storage_bytes, storage_row_groups_read=r.storage_reads,
-                        memory_hits=r.memory_hits, memory_misses=r.memory_misses, disk_hits=r.disk_hits,
-                        disk_misses=r.disk_misses, disk_bytes=r.disk_bytes,
-                        prepared_memory_hits=r.prepared_memory_hits, prepared_disk_hits=r.prepared_disk_hits,
-                        prepared_misses=r.prepared_misses, prepared_memory_bytes=r.prepared_memory_bytes,
-                        prepared_disk_bytes=r.prepared_disk_bytes, prepared_peer_hits=r.prepared_peer_hits)
+def _nodes_reads(reads: dict[str, ReadCounters], sizing: dict[str, CacheSizing]) -> list[pb.NodeReads]:
+    """Each node's reads and prepared-cache bounds, known from its actors' reports and start-up."""
+    return [_node_reads(node, reads.get(node, ReadCounters()), sizing.get(node)) for node in sorted({*reads, *sizing})]
+
+
+def _node_reads(node: str, r: ReadCounters, sizing: CacheSizing | None) -> pb.NodeReads:
+    reads = pb.NodeReads(node_id=node, storage_bytes_read=r.storage_bytes, storage_row_groups_read=r.storage_reads,
+                         memory_hits=r.memory_hits, memory_misses=r.memory_misses, disk_hits=r.disk_hits,
+                         disk_misses=r.disk_misses, disk_bytes=r.disk_bytes,
+                         prepared_memory_hits=r.prepared_memory_hits, prepared_disk_hits=r.prepared_disk_hits,
+                         prepared_misses=r.prepared_misses, prepared_memory_bytes=r.prepared_memory_bytes,
+                         prepared_disk_bytes=r.prepared_disk_bytes, prepared_peer_hits=r.prepared_peer_hits,
+                         prepared_deferred=r.prepared_deferred)
+    if sizing is not None:
+        reads.prepared_memory_bound, reads.prepared_memory_sizing = sizing.memory.bytes, sizing.memory.reason
+        reads.prepared_disk_bound, reads.prepared_disk_sizing = sizing.disk.bytes, sizing.disk.reason
+    return reads
 
 
 def _job_status(job: Job, streaming: int) -> pb.JobStatus:

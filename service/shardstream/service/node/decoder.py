@@ -32,7 +32,7 @@ from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batch_server import BatchServer
 from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
 from shardstream.service.node.local_copy import LocalCopy, default_directory
-from shardstream.service.node.prepared_cache import JobSamples, open_prepared_cache
+from shardstream.service.node.prepared_cache import CacheSizing, JobSamples, open_prepared_cache
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
 from shardstream.service.node.read_counters import ReadCounters, SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
@@ -55,11 +55,16 @@ class ReadSettings:
     memory_bytes: int  # the actor's in-memory LRU of row groups
     local_copy_dir: str = ""  # "" : default_directory()
     local_copy_bytes: int = 0  # the node's local copy; 0: off, every miss reads storage
-    # The node's prepared-sample cache (prepared_cache.py): a memory and a disk tier; 0: off.
+    # The node's prepared-sample cache (prepared_cache.py): a memory and a disk tier; 0: off,
+    # None: sized from the node when the actor starts (cache_sizing.py).
     prepared_memory_dir: str = ""  # "": /dev/shm/shardstream-prepared
-    prepared_memory_bytes: int = 0
-    prepared_disk_dir: str = ""  # "": $TMPDIR/shardstream-prepared
-    prepared_disk_bytes: int = 0
+    prepared_memory_bytes: int | None = None
+    prepared_disk_dir: str = ""  # "": <the local copy's directory>/prepared-samples
+    prepared_disk_bytes: int | None = None
+
+    @property
+    def prepared_cache_on(self) -> bool:
+        return self.prepared_memory_bytes != 0 or self.prepared_disk_bytes != 0
 
 
 def _local_copy(settings: ReadSettings, counters: SharedReadCounters) -> LocalCopy | None:
@@ -85,9 +90,10 @@ class DecodeWorker:
                                       local)
         self._loaders = ThreadPoolExecutor(ROW_GROUP_LOADERS, thread_name_prefix="shardstream-load")
         self._peers = PreparedPeers(ray.get_runtime_context().get_node_id())
-        self._prepared = open_prepared_cache(settings.prepared_memory_dir, settings.prepared_memory_bytes,
-                                             settings.prepared_disk_dir, settings.prepared_disk_bytes,
-                                             self._counters, self._peers)
+        self._prepared, self._cache_sizing = open_prepared_cache(
+            settings.prepared_memory_dir, settings.prepared_memory_bytes, settings.prepared_disk_dir,
+            settings.prepared_disk_bytes, self._counters, self._peers, ray.get_runtime_context().get_node_id(),
+            settings.local_copy_dir)
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None, Collation]] = {}
         self._prepared_samples: dict[str, JobSamples] = {}  # job id -> its view of the cache
         self._plans = PlanCache(PLANS_KEPT)
@@ -213,9 +219,10 @@ class DecodeWorker:
         if self._prepared is not None:
             self._prepared.keep_files(files)
 
-    def hello(self) -> tuple[str, str]:
-        """(the node this actor runs on, its batch server's host:port): the pool's readiness probe."""
-        return ray.get_runtime_context().get_node_id(), self.batch_address()
+    def hello(self) -> tuple[str, str, CacheSizing]:
+        """(the node this actor runs on, its batch server's host:port, the bounds it chose for the node's
+        prepared-sample cache): the pool's readiness probe."""
+        return ray.get_runtime_context().get_node_id(), self.batch_address(), self._cache_sizing
 
     def pid(self) -> int:
         return os.getpid()

@@ -8,10 +8,12 @@ hyperparameter sweep), skip reading and decoding it. ``augment`` always runs,
 seeded by (seed, epoch, index) as before: a batch is the same bytes whether
 the cache is cold, warm or off.
 
-Two tiers of the same files in two directories, each bounded in bytes:
-memory (a tmpfs: ``/dev/shm`` by default) and local disk. A sample prepared
-here is written to both; a lookup tries memory, then disk, then reads and
-prepares. The files are shared by every decode actor on the node and outlive
+Two tiers in two directories, each bounded in bytes: memory (a tmpfs:
+``/dev/shm`` by default) and local disk. A sample prepared here is written
+once, to the memory tier while it has room, else to the disk tier; a lookup
+tries memory, then disk, then reads and prepares. Writing takes at most a
+share of the actor's time (write_budget.py): what does not fit in it is kept
+in a later epoch. The files are shared by every decode actor on the node and outlive
 jobs and actors; after a node restart an empty tier simply fills again.
 
 Keys: the shard's URL, size and version (generation, ETag or mtime), the row
@@ -52,7 +54,15 @@ import numpy as np
 
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.node import local_copy
 from shardstream.service.node.cache_fault import CacheFault, record_fault
+from shardstream.service.node.cache_sizing import (
+    TierSize,
+    given,
+    measure_node,
+    size_disk_tier,
+    size_memory_tier,
+)
 from shardstream.service.node.prepared_entry import (
     SampleKey,
     decode_entry,
@@ -62,6 +72,7 @@ from shardstream.service.node.prepared_entry import (
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node.write_budget import WriteBudget
 
 log = logging.getLogger(__name__)
 
@@ -70,10 +81,9 @@ def default_memory_directory() -> str:
     return os.path.join(SHARED_MEMORY_DIR, "shardstream-prepared")
 
 
-def default_disk_directory() -> str:
-    import tempfile
-
-    return os.path.join(tempfile.gettempdir(), "shardstream-prepared")
+def default_disk_directory(local_copy_dir: str = "") -> str:
+    """Beside the row groups the node keeps: in the local copy's directory (local_copy.py)."""
+    return os.path.join(local_copy_dir or local_copy.default_directory(), "prepared-samples")
 
 
 def prepare_identity(name: str, args: dict[str, Any], columns: Sequence[str], transform: Any) -> str:
@@ -101,10 +111,11 @@ class PreparedCache:
     """The node's tiers (memory first); either may be absent (bound 0)."""
 
     def __init__(self, tiers: Sequence[SampleTier], counters: SharedReadCounters,
-                 peers: PreparedPeers | None = None) -> None:
+                 peers: PreparedPeers | None = None, budget: WriteBudget | None = None) -> None:
         self.tiers = list(tiers)
         self.counters = counters
         self.peers = peers  # the other nodes' caches (prepared_peers.py); None: this node's only
+        self.budget = budget or WriteBudget()  # the share of this actor's time keeping samples may take
         self.publish()
 
     def load(self, tier: SampleTier, key: SampleKey) -> dict[str, Any] | None:
@@ -150,9 +161,13 @@ class PreparedCache:
             except CacheFault as fault:
                 record_fault(self.counters, "peer", f"a sample given for {folder}/{row}", fault)
                 continue
-            for tier in self.tiers:
-                tier.store(folder, row, [data], len(data))
+            self.store(folder, row, [data], len(data))
         self.publish()
+
+    def store(self, folder: str, row: int, parts: list[bytes | memoryview], size: int) -> bool:
+        """Keep an entry in the first tier with room for it: memory, else disk. A tier holds what the
+        tiers before it could not, so each byte is written once and the node holds the sum of both."""
+        return any(tier.store(folder, row, parts, size) for tier in self.tiers)
 
     def _refused(self, tier: SampleTier, folder: str, row: int, fault: CacheFault) -> None:
         record_fault(self.counters, tier.name, tier.path(folder, row), fault)
@@ -261,7 +276,19 @@ class JobSamples:
 
     def put(self, index: int, sample: dict[str, Any]) -> None:
         """Keep a sample prepared here: in this node's tiers when it is its home, else as a copy
-        for its home, sent by `send_to_homes`."""
+        for its home, sent by `send_to_homes`. Not now when the actor's write budget is spent
+        (write_budget.py): it is kept when it is prepared again, in a later epoch."""
+        budget = self.cache.budget
+        if not budget.allows():
+            self.cache.counters.count(prepared_deferred=1)
+            return
+        started = time.perf_counter()
+        try:
+            self._keep(index, sample)
+        finally:
+            budget.spent(time.perf_counter() - started)
+
+    def _keep(self, index: int, sample: dict[str, Any]) -> None:
         key = self._key(index)
         parts = encode_entry(key, sample)
         if parts is None:
@@ -276,8 +303,7 @@ class JobSamples:
             with self._lock:
                 self._gifts.setdefault(home, []).append((folder, row, b"".join(parts)))
             return
-        for tier in self.cache.tiers:
-            tier.store(folder, row, parts, size)
+        self.cache.store(folder, row, parts, size)
         self.cache.publish()
 
     def send_to_homes(self) -> None:
@@ -290,21 +316,51 @@ class JobSamples:
                 peers.give(home, files)
 
 
-def open_prepared_cache(memory_dir: str, memory_bytes: int, disk_dir: str, disk_bytes: int,
-                        counters: SharedReadCounters, peers: PreparedPeers | None = None) -> PreparedCache | None:
+@dataclass(frozen=True)
+class CacheSizing:
+    """The bounds a node's actor chose for the two tiers, and why (cache_sizing.py)."""
+
+    memory: TierSize
+    disk: TierSize
+
+
+def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str, disk_bytes: int | None,
+                        counters: SharedReadCounters, peers: PreparedPeers | None = None,
+                        node_id: str = "", local_copy_dir: str = "",
+                        ) -> tuple[PreparedCache | None, CacheSizing]:
     """The node's cache, or None when both tiers are off or neither directory can be used (then
-    every sample is prepared, as with the cache off)."""
-    tiers = []
-    for name, directory, bound in (("memory", memory_dir or default_memory_directory(), memory_bytes),
-                                   ("disk", disk_dir or default_disk_directory(), disk_bytes)):
-        if bound <= 0:
+    every sample is prepared, as with the cache off), and the bounds chosen. A bound of None is
+    sized from the node (cache_sizing.py); 0 is off."""
+    directories = {"memory": memory_dir or default_memory_directory(),
+                   "disk": disk_dir or default_disk_directory(local_copy_dir)}
+    bounds = {"memory": memory_bytes, "disk": disk_bytes}
+    tiers: dict[str, SampleTier] = {}
+    sizes = {name: given(bound) for name, bound in bounds.items() if bound is not None}
+    for name, directory in directories.items():
+        if bounds[name] == 0:
             continue
         try:
-            tiers.append(SampleTier(name, directory, bound))
+            tiers[name] = SampleTier(name, directory, bounds[name] or 0)
         except OSError as exc:
+            sizes[name] = TierSize(0, f"off: cannot use {directory} ({exc})")
             log.error("cannot keep prepared samples in %s (%s): the %s tier is off; make the directory writable "
                       "for this user or set prepared_cache_%s_dir", directory, exc, name, name)
-    return PreparedCache(tiers, counters, peers) if tiers else None
+    auto = [name for name, bound in bounds.items() if bound is None and name in tiers]
+    if auto:
+        facts = measure_node(directories["memory"], tiers["memory"].stored_bytes if "memory" in tiers else 0,
+                             directories["disk"], tiers["disk"].stored_bytes if "disk" in tiers else 0, node_id)
+        for name in auto:
+            sizes[name] = size_memory_tier(facts) if name == "memory" else size_disk_tier(facts)
+            tiers[name].max_bytes = sizes[name].bytes
+    for name in list(tiers):
+        if tiers[name].max_bytes <= 0:
+            del tiers[name]
+    sizing = CacheSizing(sizes.get("memory", TierSize(0, "off")), sizes.get("disk", TierSize(0, "off")))
+    log.info("prepared-sample cache: memory tier %d bytes in %s (%s); disk tier %d bytes in %s (%s)",
+             sizing.memory.bytes, directories["memory"], sizing.memory.reason,
+             sizing.disk.bytes, directories["disk"], sizing.disk.reason)
+    tiers_in_order = [tiers[name] for name in ("memory", "disk") if name in tiers]
+    return (PreparedCache(tiers_in_order, counters, peers) if tiers_in_order else None), sizing
 
 
-__all__ = ["JobSamples", "PreparedCache", "open_prepared_cache", "prepare_identity"]
+__all__ = ["CacheSizing", "JobSamples", "PreparedCache", "open_prepared_cache", "prepare_identity"]

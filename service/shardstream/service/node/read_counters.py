@@ -34,6 +34,7 @@ class ReadCounters:
     prepared_disk_hits: int = 0  # ... in its disk tier
     prepared_peer_hits: int = 0  # ... at their home node (another node: prepared_peers.py)
     prepared_misses: int = 0  # samples found nowhere (read and prepared), with the cache on
+    prepared_deferred: int = 0  # ... of those, not kept: the write budget was spent (write_budget.py)
     prepared_memory_bytes: int = 0  # levels: bytes each prepared-sample tier holds (last known)
     prepared_disk_bytes: int = 0
     verify_seconds: float = 0.0  # spent checking cache entries' keys and checksums (both caches)
