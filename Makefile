@@ -31,13 +31,15 @@ demo: setup
 test: setup proto-check chart-config-check lint typecheck
 	$(PY) -m pytest tests
 
-# Side by side: shardstream, DataLoader, Ray Data and (where TensorFlow installs) tf.data service;
+# Side by side: shardstream, DataLoader, Ray Data, SPDL and (where TensorFlow installs) tf.data service;
 # then samples/s against the number of decode nodes (a chart), and shuffled reads of a dataset 4x
 # larger than the decoders' memory (local files and gs://), the prepared-sample cache on two
 # decode nodes, and decode capacity that follows demand against a static pool.
 bench: setup
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PIP) install -q "tensorflow-cpu>=2.15" || echo "tensorflow-cpu did not install: the tf.data service column will be skipped"
+	@# SPDL decodes with FFmpeg's shared libraries (Debian/Ubuntu packages; root, or the column is skipped)
+	-DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends libavcodec59 libavformat59 libavfilter8 libavdevice59 >/dev/null 2>&1 || echo "FFmpeg's libraries did not install: the SPDL column will be skipped"
 	$(PY) -m bench
 	$(PY) -m bench.scaling
 	$(PY) -m bench.shuffled_reads --gcs

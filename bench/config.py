@@ -19,7 +19,7 @@ CACHE_DIR = BENCH_DIR / ".cache"
 RESULTS_DIR = BENCH_DIR / "results"
 
 MIB = 1 << 20
-SYSTEMS = ("shardstream", "dataloader", "raydata", "tfdata")
+SYSTEMS = ("shardstream", "dataloader", "raydata", "tfdata", "spdl")
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,9 @@ def run_system(name: str, config_overrides: dict[str, Any], dataset: str, peak_s
     ray.init(address="local", num_cpus=2, resources={"decode": MAX_DECODERS}, include_dashboard=False,
              object_store_memory=200 * 2**20, logging_level="WARNING",
              runtime_env={"env_vars": {"PYTHONPATH": str(REPO_ROOT)}})
+    # Decode demand: every epoch decodes (the prepared-sample cache would skip the simulated cost).
     service, port = create_server(ServiceConfig(port=0, decoder_cpus=0.1, allowed_transform_modules=("bench.",),
+                                                prepared_cache=False,
                                                 **config_overrides))
     trace, stop = Trace(), threading.Event()
     start = time.monotonic()

@@ -47,7 +47,7 @@ def run(add_after_s: float, measure_s: float) -> dict[str, Any]:
     cluster.add_node(num_cpus=1, resources={"decode": 1}, object_store_memory=NODE_STORE)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, logging_level="WARNING")
-    service, port = create_server(ServiceConfig(port=0))
+    service, port = create_server(ServiceConfig(port=0, prepared_cache=False))  # decode capacity: every epoch decodes
     try:
         times: list[float] = []
         added_at: list[float] = []

@@ -49,7 +49,7 @@ def _settled_counters(address: str) -> dict[str, int]:
 
 def run_round(rep: int, work_dir: Path, ray_address: str, workload: Path, spec_args: dict[str, Any],
               batches_per_epoch: int) -> dict[str, Any]:
-    config = {"prepared_cache_disk_bytes": str(TIER_BYTES)}
+    config = {"prepared_cache_disk_bytes": str(TIER_BYTES), "prepared_cache_memory_bytes": "0"}
     with shardstream_service(NODES, work_dir, ray_address=ray_address, log_name=f"service-{rep}.log",
                              config=config) as service:
         address = f"127.0.0.1:{service.announced}"

@@ -16,7 +16,7 @@ from bench.stats import spread
 from bench.transport_figures import KINDS, batch_label, batch_sizes, figures
 
 SYSTEM_LABELS = {"shardstream": "shardstream", "dataloader": "torch DataLoader",
-                 "raydata": "Ray Data", "tfdata": "tf.data service"}
+                 "raydata": "Ray Data", "tfdata": "tf.data service", "spdl": "SPDL"}
 TRANSPORT_LABELS = {"shardstream": "shardstream", "shardstream_grpc": "shardstream gRPC stream",
                     "shardstream_shm": "shardstream shared memory",
                     "grpc_raw": "raw gRPC", "tcp_raw": "raw TCP"}

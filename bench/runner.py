@@ -7,11 +7,15 @@ before the next system starts, so every system has the whole machine (the
 same cores) to itself. Interleaving the rounds spreads any slow drift of the
 machine (another workload starting, thermal limits) over all systems alike,
 instead of penalising whichever system ran last. Every measurement is a fresh
-consumer process running a warm-up epoch and a measured epoch.
+consumer process running a warm-up epoch and a measured epoch; shardstream's
+first-epoch rows measure the rest of a first epoch after its first batches,
+on a service whose prepared-sample cache starts empty (at the defaults it
+is on, so a second epoch would not decode).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import logging
@@ -19,7 +23,7 @@ import math
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -31,9 +35,16 @@ from bench.config import CACHE_DIR, BenchConfig
 from bench.consumer import ConsumerFailed, background_consumer, run_consumer
 from bench.machine import load_average, machine_info
 from bench.results import SCHEMA
-from bench.services import ServerFailed, raw_server, shardstream_service, tfdata_service
+from bench.services import (
+    ServerFailed,
+    ServerProcess,
+    raw_server,
+    shardstream_service,
+    tfdata_service,
+)
 from bench.spec import ConsumerSpec
 from bench.stats import foreign_load_cores, summarize
+from bench.systems.spdl_pipeline import spdl_available
 from bench.systems.tfrecords import tfrecord_dir
 from bench.targets import all_passed, evaluate
 from bench.verify_cost import VERIFY_REPORT_WAIT_S, free_port, verify_seconds
@@ -42,14 +53,16 @@ from bench.workload import describe, jpeg_workload, prime_page_cache, transport_
 log = logging.getLogger(__name__)
 
 WARMUP_JOB_BATCHES = 8  # the job that warms a fresh service (and times its cold first batch)
-PREPARED_CACHE_ROOT = "/dev/shm"  # the prepared-sample cache's memory tier, removed after each round
-PREPARED_CACHE_BYTES = 8 << 30  # above the workload's prepared size (16,000 x 196 KB = 3.1 GB)
+# A first epoch's batches not measured: the warm-up job's (already prepared), and start-up.
+COLD_WARMUP_BATCHES = 2 * WARMUP_JOB_BATCHES
+PREPARED_CACHE_ROOT = "/dev/shm"  # each service's memory tier of prepared samples, removed after it
 RAW_KINDS = ("grpc", "tcp")
 
 NOTES = {
-    "shardstream": "`shardstream serve` (embedded Ray, {cores} decode actors) + RemoteLoader("
-                   "prefetch={prefetch}) in the consumer; the service was started and warmed with "
-                   "another job first",
+    "shardstream": "`shardstream serve` at its defaults (embedded Ray, {cores} decode actors, the "
+                   "prepared-sample cache on and empty) + RemoteLoader(prefetch={prefetch}) in the consumer; "
+                   "a first epoch, every sample decoded; the service was started and warmed with another "
+                   "job first",
     "dataloader": "map-style Dataset over the Parquet row groups, Pillow decode, numpy crop/flip; "
                   "num_workers={cores}, persistent_workers=True, pin_memory={cuda}",
     "raydata": "local Ray (num_cpus={cores}) in the consumer; read_parquet -> map_batches(batch_size="
@@ -58,6 +71,9 @@ NOTES = {
               "random_flip_left_right, transpose) -> batch({batch}) -> distribute(parallel_epochs); "
               "data: TFRecord files exported from the same Parquet rows (from_generator cannot run on "
               "tf.data service workers)",
+    "spdl": "SPDL's image pipeline in the consumer: PipelineBuilder, demux_image + decode_packets (FFmpeg) with "
+            "the crop and flip in the filter graph, concurrency={cores}, aggregate({batch}), convert_frames, "
+            "build(num_threads={cores})",
 }
 
 
@@ -140,10 +156,10 @@ class Runner:
         """Consumer processes one round of a system (or of the transport benchmark) runs."""
         if what == "transport":  # the job that fills the decode node's copy, then each batch size
             return 1 + len(self.config.transport.batch_rows) * (3 + len(RAW_KINDS))
-        # shardstream: the warm-up job, the measured one, the same on the network path, then the
+        # shardstream: the warm-up job, the measured one, the same two on the network path, then the
         # job that fills the prepared-sample cache, the one measured with it warm, and a new job's
         # first and warm epochs while another job runs
-        return {"shardstream": 7, "tfdata": 2}.get(what, 1)  # tf.data: plain, then .cache() after decode
+        return {"shardstream": 8, "tfdata": 2}.get(what, 1)  # tf.data: plain, then .cache() after decode
 
     def _planned_runs(self) -> int:
         cfg = self.config
@@ -219,6 +235,9 @@ class Runner:
             entry["status"] = "skipped"
             entry["reason"] = "TensorFlow is not installed (pip install tensorflow-cpu)"
             log.warning("tf.data service skipped: %s", entry["reason"])
+        if system == "spdl" and entry["status"] == "ok" and (missing := spdl_available()):
+            entry["status"], entry["reason"] = "skipped", missing
+            log.warning("SPDL skipped: %s", missing)
         if system == "tfdata":
             entry["cache_decoded"] = {"runs": []}
         if system == "shardstream":
@@ -266,54 +285,73 @@ class Runner:
         else:
             entry["runs"].append(self._measure(self._workload_spec(system, workload_dir), label))
 
+    @contextlib.contextmanager
+    def _service(self, rep: int, purpose: str, **settings: str) -> Iterator[ServerProcess]:
+        """`shardstream serve` at its defaults, the prepared-sample cache included (on, each tier sized
+        by the node), its two tiers in directories of their own that start empty and are removed after."""
+        memory = Path(PREPARED_CACHE_ROOT) / f"shardstream-bench-{self.run_id}-{purpose}{rep}"
+        disk = self.work_dir / f"prepared-{purpose}{rep}"
+        settings = {"prepared_cache_memory_dir": str(memory), "prepared_cache_disk_dir": str(disk), **settings}
+        try:
+            with shardstream_service(self.config.cores, self.work_dir, log_name=f"service-{purpose}.log",
+                                     config=settings) as service:
+                yield service
+        finally:
+            shutil.rmtree(memory, ignore_errors=True)
+            shutil.rmtree(disk, ignore_errors=True)
+
+    def _cold_epoch(self, workload_dir: Path, address: str, job: str) -> ConsumerSpec:
+        """A job's first epoch, every sample read and decoded (and kept in the prepared-sample cache,
+        as the defaults do): measured after the batches the service's warm-up job already prepared."""
+        spec = self._workload_spec("shardstream", workload_dir, address, job)
+        spec.epochs, spec.warmup_batches = 1, COLD_WARMUP_BATCHES
+        return spec
+
     def _shardstream_round(self, entry: dict[str, Any], workload_dir: Path, rep: int) -> None:
-        cfg = self.config
-        with shardstream_service(cfg.cores, self.work_dir) as service:
+        """First epochs, each on a fresh service with an empty cache: through shared memory (the
+        main row), then on the network path."""
+        with self._service(rep, "cold") as service:
             address = f"127.0.0.1:{service.announced}"
             warm = self._workload_spec("shardstream", workload_dir, address,
                                        f"bench-{self.run_id}-warmup{rep}")
             warm.epochs, warm.warmup_batches, warm.max_batches = 1, 1, WARMUP_JOB_BATCHES
             cold = self._consume(warm, f"shardstream-warmup-rep{rep}")
-            entry["runs"].append(self._measure(self._workload_spec(
-                "shardstream", workload_dir, address, f"bench-{self.run_id}-rep{rep}"),
-                f"shardstream-rep{rep}", service.pid))
-            # The same on the network path: what the consumer and decoders pay when they are on
-            # different hosts (reported beside, not used by the targets).
-            network = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-net{rep}")
+            entry["runs"].append(self._measure(self._cold_epoch(
+                workload_dir, address, f"bench-{self.run_id}-rep{rep}"), f"shardstream-rep{rep}", service.pid))
+        entry["service_rounds"].append({"start_s": service.start_s, "ttfb_cold_s": cold["ttfb_s"],
+                                        "num_decoders": self.config.cores})
+        # The same on the network path: what the consumer and decoders pay when they are on
+        # different hosts.
+        with self._service(rep, "network") as service:
+            address = f"127.0.0.1:{service.announced}"
+            warm = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-netwarmup{rep}")
+            warm.epochs, warm.warmup_batches, warm.max_batches = 1, 1, WARMUP_JOB_BATCHES
+            self._consume(warm, f"shardstream-network-warmup-rep{rep}")
+            network = self._cold_epoch(workload_dir, address, f"bench-{self.run_id}-net{rep}")
             network.shared_memory = False
             entry["network_path"]["runs"].append(self._measure(network, f"shardstream-network-rep{rep}",
                                                                service.pid))
-        entry["service_rounds"].append({"start_s": service.start_s, "ttfb_cold_s": cold["ttfb_s"],
-                                        "num_decoders": cfg.cores})
         self._prepared_cache_round(entry, workload_dir, rep)
 
     def _prepared_cache_round(self, entry: dict[str, Any], workload_dir: Path, rep: int) -> None:
-        """Epochs after the first: a service with the prepared-sample cache in memory, filled by one
-        epoch of another job, then the measured job (its warm-up epoch and measured epoch both warm)."""
-        cfg = self.config
-        cache_dir = Path(PREPARED_CACHE_ROOT) / f"shardstream-bench-{self.run_id}"
+        """Epochs after the first, at the defaults: one epoch of another job fills the prepared-sample
+        cache, then the measured job (its warm-up epoch and measured epoch both warm)."""
         metrics_port = free_port()  # the decoders' verify time, scraped around the measured run
-        settings = {"prepared_cache_memory_bytes": str(PREPARED_CACHE_BYTES),
-                    "prepared_cache_memory_dir": str(cache_dir), "metrics_port": str(metrics_port)}
-        try:
-            with shardstream_service(cfg.cores, self.work_dir, log_name="service-prepared.log",
-                                     config=settings) as service:
-                address = f"127.0.0.1:{service.announced}"
-                fill = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-fill{rep}")
-                fill.epochs, fill.warmup_batches = 1, 1
-                self._consume(fill, f"shardstream-prepared-fill-rep{rep}")
-                verified = verify_seconds(metrics_port)
-                run = self._measure(self._workload_spec(
-                    "shardstream", workload_dir, address, f"bench-{self.run_id}-prepared{rep}"),
-                    f"shardstream-prepared-rep{rep}", service.pid)
-                # Reports reach the head once a reconcile interval: wait for the last one.
-                time.sleep(VERIFY_REPORT_WAIT_S)
-                run["cache_verify_cpu_per_1k"] = ((verify_seconds(metrics_port) - verified) * 1000
-                                                  / max(1, run["samples"]))
-                entry["prepared_cache"]["runs"].append(run)
-                self._second_job(entry, workload_dir, address, rep)
-        finally:
-            shutil.rmtree(cache_dir, ignore_errors=True)
+        with self._service(rep, "prepared", metrics_port=str(metrics_port)) as service:
+            address = f"127.0.0.1:{service.announced}"
+            fill = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-fill{rep}")
+            fill.epochs, fill.warmup_batches = 1, 1
+            self._consume(fill, f"shardstream-prepared-fill-rep{rep}")
+            verified = verify_seconds(metrics_port)
+            run = self._measure(self._workload_spec(
+                "shardstream", workload_dir, address, f"bench-{self.run_id}-prepared{rep}"),
+                f"shardstream-prepared-rep{rep}", service.pid)
+            # Reports reach the head once a reconcile interval: wait for the last one.
+            time.sleep(VERIFY_REPORT_WAIT_S)
+            run["cache_verify_cpu_per_1k"] = ((verify_seconds(metrics_port) - verified) * 1000
+                                              / max(1, run["samples"]))
+            entry["prepared_cache"]["runs"].append(run)
+            self._second_job(entry, workload_dir, address, rep)
 
     def _second_job(self, entry: dict[str, Any], workload_dir: Path, address: str, rep: int) -> None:
         """A sweep's next job: a new job with the same dataset and prepare spec starts while another

@@ -94,8 +94,10 @@ def run_scaling(config: BenchConfig, node_counts: Sequence[int]) -> dict[str, An
                 while len(cluster.list_all_nodes()) - 1 < count:
                     cluster.add_node(num_cpus=1, resources={"decode": 1})
                 cluster.wait_for_nodes()
+                # Decode capacity: every epoch decodes (the prepared-sample cache would skip it).
                 with shardstream_service(count, work_dir, ray_address=cluster.address,
-                                         log_name=f"service-{count}.log") as service:
+                                         log_name=f"service-{count}.log",
+                                         config={"prepared_cache": "false"}) as service:
                     runs = []
                     for rep in range(config.repetitions):
                         bar.set_postfix_str(f"{count} decode node(s), rep {rep}")

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 # Consumers of the JPEG workload, then the raw transports of the microbenchmark.
-CONSUMER_SYSTEMS = ("shardstream", "dataloader", "raydata", "tfdata", "grpc_raw", "tcp_raw")
+CONSUMER_SYSTEMS = ("shardstream", "dataloader", "raydata", "tfdata", "spdl", "grpc_raw", "tcp_raw")
 
 
 @dataclass

@@ -16,6 +16,7 @@ _MODULES = {
     "dataloader": "bench.systems.dataloader",
     "raydata": "bench.systems.raydata",
     "tfdata": "bench.systems.tfdata",
+    "spdl": "bench.systems.spdl_pipeline",
     "grpc_raw": "bench.transport.raw_grpc",
     "tcp_raw": "bench.transport.raw_tcp",
 }
