@@ -2,7 +2,8 @@
 
 One pool per loader, shared by every decoder's bulk socket and every epoch,
 so what a rank keeps is bounded by its window, not by how many decoders or
-epochs it has seen:
+epochs it has seen (an ended stream, which only the cycle collector may free,
+holds no buffer):
 
 - **Bounded.** The pool keeps at most ``keep`` buffers, free or leased: the
   loader's window in batches, plus the batch a training loop's variable still
@@ -24,7 +25,8 @@ epochs it has seen:
   arena per fetch thread, new threads each epoch), which it rarely gives back.
   The rank grew by about a window per epoch (docs/data-plane.md has the
   measurement). Pages of a buffer the kernel never wrote are not resident,
-  so rounding a buffer up costs no memory.
+  so rounding a buffer up costs no memory (with transparent huge pages on
+  for every mapping, at most the rest of the huge page a batch ends in).
 """
 
 from __future__ import annotations
