@@ -28,6 +28,7 @@ from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_indexed
 
 N, WORLD, BATCH = 120, 2, 4
+PIXELS = 4096  # bytes a row of pixel_dataset
 SLOW = {"transform": "tests.transforms:slow", "transform_args": {"delay_s": 0.01}}
 
 
@@ -184,6 +185,54 @@ def test_a_rank_whose_shared_memory_the_decoders_cannot_see_gets_its_batches_on_
         assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 1, BATCH, True, 4, False, 1)
         assert loader.stats.shared_batches == 0
     assert os.listdir(tmp_path) == []
+
+
+@pytest.fixture(scope="module")
+def pixel_dataset(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`idx` and `pixels`: 4 KiB of uint8 per row, all idx % 251. uint8 is never misaligned, so the
+    rank's tensors of it are views of the buffer the batch was received into, never copies."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    directory = tmp_path_factory.mktemp("direct-pixels")
+    idx = np.arange(N, dtype=np.int64)
+    pixels = pa.FixedSizeListArray.from_arrays(pa.array(np.repeat(idx % 251, PIXELS).astype(np.uint8)), PIXELS)
+    pq.write_table(pa.table({"idx": idx, "pixels": pixels}), directory / "part-00000.parquet", row_group_size=8)
+    return str(directory)
+
+
+def test_bulk_socket_batches_land_in_the_windows_receive_buffers_and_kept_ones_stay_intact(
+        direct: tuple[Service, str], pixel_dataset: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two decoders, two epochs on bulk sockets: every batch lands in one of the loader's few receive
+    buffers (the window's, and one for the loop's variable), however many decoders and epochs. Then
+    an epoch whose loop keeps every third batch: later batches, written into reused buffers, leave
+    the kept ones as they were."""
+    from shardstream.client import receive_buffers
+
+    mapped: list[int] = []
+    map_buffer = receive_buffers._map
+    monkeypatch.setattr(receive_buffers, "_map", lambda nbytes: mapped.append(nbytes) or map_buffer(nbytes))
+    _, address = direct
+    prefetch = 2
+    kept: dict[int, dict[str, Any]] = {}
+    with RemoteLoader(address, dataset=pixel_dataset, batch_size=BATCH, seed=4, world_size=WORLD, rank=0,
+                      prefetch=prefetch, shared_memory=False, job_name="direct-receive-buffers") as loader:
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            assert [b["idx"].tolist() for b in loader] == oracle_batches(N, WORLD, 0, BATCH, True, 4, False,
+                                                                        epoch)
+        assert 1 <= len(mapped) <= prefetch + 1
+        loader.set_epoch(2)
+        for step, batch in enumerate(loader):
+            if step % 3 == 0:
+                kept[step] = batch
+        assert loader.stats.bulk_batches == 3 * len(loader)
+    expected = oracle_batches(N, WORLD, 0, BATCH, True, 4, False, 2)
+    assert {step: batch["idx"].tolist() for step, batch in kept.items()} == {step: expected[step] for step in kept}
+    for step, batch in kept.items():
+        rows = [set(row.tolist()) for row in batch["pixels"]]
+        assert rows == [{i % 251} for i in expected[step]], f"batch {step} was overwritten"
 
 
 def test_a_decoder_whose_bulk_port_cannot_be_reached_sends_on_the_stream(

@@ -29,7 +29,8 @@ def _results(**overrides: Any) -> dict[str, Any]:
         "systems": {
             "shardstream": {**_system(1700.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
                                       server_main_cpu_per_1k=0.001),
-                            "network_path": {"runs": [], "median": {"samples_per_s": 1400.0}},
+                            "network_path": {"runs": [], "median": {"samples_per_s": 1400.0, "rss_growth_mb": 42.0,
+                                                                    "batch_bytes": 10e6}},
                             "prepared_cache": {"runs": [], "median": {"samples_per_s": 1600.0}},
                             "second_job_first": {"runs": [], "median": {"samples_per_s": 760.0}},
                             "second_job_warm": {"runs": [], "median": {"samples_per_s": 800.0}}},
@@ -134,6 +135,23 @@ def test_rss_target_is_the_prefetch_window_plus_ten_percent() -> None:
     t = _by_name(evaluate(results))["consumer peak RSS growth"]
     assert t.threshold == pytest.approx(44.0)
     assert t.status == FAIL
+
+
+def test_the_network_paths_rss_target_is_its_own_prefetch_window_plus_ten_percent() -> None:
+    """Batches received on bulk sockets land in the rank's own memory (the shared-memory path's
+    are the decoders' pages): the network path is held to the same window."""
+    results = _results()
+    name = "consumer peak RSS growth, network path"
+    t = _by_name(evaluate(results))[name]
+    assert (t.status, t.value, t.threshold) == (PASS, 42.0, pytest.approx(44.0))
+    results["systems"]["shardstream"]["network_path"]["median"]["rss_growth_mb"] = 71.0
+    t = _by_name(evaluate(results))[name]
+    assert t.status == FAIL and "4 x 10.00 MB = 40.0 MB" in t.detail
+    assert _by_name(evaluate(results))["consumer peak RSS growth"].status == PASS  # its own figures
+    results["systems"]["shardstream"]["network_path"]["median"]["batch_bytes"] = 20e6
+    assert _by_name(evaluate(results))[name].threshold == pytest.approx(88.0)
+    del results["systems"]["shardstream"]["network_path"]
+    assert _by_name(evaluate(results))[name].status == SKIP
 
 
 def test_a_skipped_system_skips_its_targets_only() -> None:

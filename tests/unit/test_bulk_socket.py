@@ -1,12 +1,11 @@
 """Bulk sockets: a decoder's listener (service side) and a rank's socket (client side), for real on
 loopback: frames arrive whole and in order, a connection joins only the stream whose token it
-sends, TLS and client certificates hold as on the gRPC ports, and receive buffers are reused only
-once nothing views them."""
+sends, and TLS and client certificates hold as on the gRPC ports (the receive buffers:
+test_receive_buffers.py)."""
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import socket
 import ssl
 import threading
@@ -16,9 +15,9 @@ from typing import Any, TypeVar
 
 import numpy as np
 import pytest
-import torch
 
-from shardstream.client.bulk_socket import BufferPool, BulkSocket
+from shardstream.client.bulk_socket import BulkSocket
+from shardstream.client.receive_buffers import ReceiveBuffers
 from shardstream.client.tls import TLS
 from shardstream.proto.errors import DeadlineExceeded
 from shardstream.proto.wire import BulkOffer
@@ -86,7 +85,7 @@ def test_frames_arrive_whole_and_in_order(loop: Loop) -> None:
     listener = _listener(loop)
     offer = loop.run(listener.offer)
     frames = _frames()
-    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=10)
+    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=10, buffers=ReceiveBuffers(2))
     _send_all(loop, listener, offer, frames)
     assert [rank.receive(len(f)).tobytes() for f in frames] == frames
     rank.close()
@@ -98,7 +97,7 @@ def test_over_tls_with_client_certificates(loop: Loop, pki: Pki) -> None:
     offer = loop.run(listener.offer)
     frames = _frames()
     trainer = TLS(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key, server_name="localhost")
-    rank = BulkSocket("127.0.0.1", offer, trainer, timeout_s=10)
+    rank = BulkSocket("127.0.0.1", offer, trainer, timeout_s=10, buffers=ReceiveBuffers(2))
     _send_all(loop, listener, offer, frames)
     assert [rank.receive(len(f)).tobytes() for f in frames] == frames
     rank.close()
@@ -106,11 +105,12 @@ def test_over_tls_with_client_certificates(loop: Loop, pki: Pki) -> None:
     # no client certificate: the handshake fails, and no stream gets the connection
     second = loop.run(listener.offer)
     with pytest.raises(OSError):
-        stranger = BulkSocket("127.0.0.1", second, TLS(ca_file=pki.ca, server_name="localhost"), timeout_s=5)
+        stranger = BulkSocket("127.0.0.1", second, TLS(ca_file=pki.ca, server_name="localhost"), timeout_s=5,
+                              buffers=ReceiveBuffers(2))
         stranger.receive(1)  # TLS 1.3 reports a refused client certificate on the first read
     # plaintext to a TLS port: refused too
     with pytest.raises(OSError):
-        BulkSocket("127.0.0.1", second, None, timeout_s=5).receive(1)
+        BulkSocket("127.0.0.1", second, None, timeout_s=5, buffers=ReceiveBuffers(2)).receive(1)
     loop.run(listener.close)
 
 
@@ -119,7 +119,7 @@ def test_a_connection_with_a_token_no_stream_offered_is_closed(loop: Loop, monke
     listener = _listener(loop)
     offer = loop.run(listener.offer)
     forged = BulkOffer(offer.port, bytes(16))
-    stranger = BulkSocket("127.0.0.1", forged, None, timeout_s=5)
+    stranger = BulkSocket("127.0.0.1", forged, None, timeout_s=5, buffers=ReceiveBuffers(2))
     with pytest.raises(ConnectionError, match="closed the bulk socket"):
         stranger.receive(10)
     with pytest.raises(DeadlineExceeded, match="none connected"):  # the real stream's rank never came
@@ -130,7 +130,7 @@ def test_a_connection_with_a_token_no_stream_offered_is_closed(loop: Loop, monke
 def test_a_socket_closed_mid_frame_says_how_much_was_missing(loop: Loop) -> None:
     listener = _listener(loop)
     offer = loop.run(listener.offer)
-    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=10)
+    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=10, buffers=ReceiveBuffers(2))
 
     async def half_then_close() -> None:
         connection = await listener.attached(offer.token)
@@ -147,7 +147,7 @@ def test_a_socket_closed_mid_frame_says_how_much_was_missing(loop: Loop) -> None
 def test_a_frame_that_does_not_come_times_out(loop: Loop) -> None:
     listener = _listener(loop)
     offer = loop.run(listener.offer)
-    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=0.5)
+    rank = BulkSocket("127.0.0.1", offer, None, timeout_s=0.5, buffers=ReceiveBuffers(2))
     with pytest.raises(TimeoutError):
         rank.receive(10)
     rank.close()
@@ -206,7 +206,8 @@ def test_over_tls_a_batch_whose_first_record_came_in_part_arrives(pki: Pki) -> N
     or the socket never holds that much and the receive waits out its timeout."""
     peer = RecordSplitter(pki)
     offer = BulkOffer(port=peer.port, token=bytes(range(16)))
-    rank = BulkSocket("127.0.0.1", offer, TLS(ca_file=pki.ca, server_name="localhost"), timeout_s=3)
+    rank = BulkSocket("127.0.0.1", offer, TLS(ca_file=pki.ca, server_name="localhost"), timeout_s=3,
+                      buffers=ReceiveBuffers(2))
     peer.accepted.join(5)
     assert peer.conn is not None and peer.token == offer.token
     batch = np.random.default_rng(1).integers(0, 256, size=30_000, dtype=np.uint8).tobytes()  # under the socket buffer
@@ -217,23 +218,3 @@ def test_over_tls_a_batch_whose_first_record_came_in_part_arrives(pki: Pki) -> N
     assert rank.receive(len(batch)).tobytes() == batch
     rank.close()
     peer.close()
-
-
-def _address(array: np.ndarray) -> int:
-    return int(array.__array_interface__["data"][0])
-
-
-def test_a_receive_buffer_is_reused_only_once_nothing_views_it() -> None:
-    pool = BufferPool()
-    first = pool.lease(1000)
-    first_at = _address(first)
-    tensor = torch.frombuffer(memoryview(first), dtype=torch.uint8)  # as the loader's tensors view it
-    del first
-    gc.collect()
-    second = pool.lease(1000)
-    second_at = _address(second)
-    assert second_at != first_at  # the tensor still views the first
-    del tensor, second
-    gc.collect()
-    assert _address(pool.lease(900)) in {first_at, second_at}  # fits in a freed one
-    assert _address(pool.lease(100_000)) not in {first_at, second_at}  # fits in none: a new buffer

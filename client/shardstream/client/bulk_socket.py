@@ -5,8 +5,10 @@ ports speak TLS) beside the FetchBatches stream, which keeps the control:
 each batch is announced there with its size, and its bytes follow here in
 the same order (service/.../node/bulk_listener.py has the why). The rank
 receives them with ``recv_into`` into a buffer of its own: no copy but the
-kernel's. A buffer is reused once every tensor viewing its batch is gone,
-so a steady stream does not fault in fresh pages for every batch.
+kernel's. The buffers come from the loader's pool (receive_buffers.py),
+shared by all its decoders and epochs and bounded by its window; a buffer is
+reused once every tensor viewing its batch is gone, so a steady stream does
+not fault in fresh pages for every batch.
 
 A decoder whose bulk port cannot be reached (a firewall, a NetworkPolicy
 that opens only the gRPC port) is remembered, and its batches come on the
@@ -17,12 +19,11 @@ from __future__ import annotations
 
 import logging
 import socket
-import threading
-import weakref
 
 import numpy as np
 
 from shardstream.client.channels import host_of
+from shardstream.client.receive_buffers import ReceiveBuffers
 from shardstream.client.tls import TLS
 from shardstream.proto.wire import BulkOffer
 
@@ -33,34 +34,13 @@ WAKE_BYTES = 1 << 20
 # The most ciphertext of one TLS record (RFC 8446 5.2: 2^14 + 256, and its 5-byte header): what the
 # TLS layer may already have taken off the socket, part of a record, towards the bytes still due.
 TLS_RECORD_BYTES = (1 << 14) + 256 + 5
-FREE_BUFFERS_KEPT = 4  # per socket: about what a rank's window holds of one decoder's batches
-
-
-class BufferPool:
-    """Receive buffers, handed out as arrays that give their memory back when they die."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._free: list[np.ndarray] = []
-
-    def lease(self, size: int) -> np.ndarray:
-        with self._lock:
-            fits = [i for i, block in enumerate(self._free) if size <= len(block) <= 2 * size]
-            block = self._free.pop(fits[0]) if fits else np.empty(max(size, 1), dtype=np.uint8)
-        lease = block[:size]
-        weakref.finalize(lease, self._release, block)
-        return lease
-
-    def _release(self, block: np.ndarray) -> None:
-        with self._lock:
-            self._free.append(block)
-            del self._free[:-FREE_BUFFERS_KEPT]
 
 
 class BulkSocket:
     """One stream's bulk socket, connected and joined to the stream by its token."""
 
-    def __init__(self, host: str, offer: BulkOffer, tls: TLS | None, timeout_s: float) -> None:
+    def __init__(self, host: str, offer: BulkOffer, tls: TLS | None, timeout_s: float,
+                 buffers: ReceiveBuffers) -> None:
         sock = socket.create_connection((host, offer.port), timeout=CONNECT_TIMEOUT_S)
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -72,7 +52,7 @@ class BulkSocket:
             sock.close()
             raise
         self._sock = sock
-        self._buffers = BufferPool()
+        self._buffers = buffers
         self._low_water = 1
         self._taken_ahead = TLS_RECORD_BYTES if tls is not None else 0
 
@@ -106,14 +86,16 @@ class BulkSocket:
         self._sock.close()
 
 
-def connect(address: str, offer: BulkOffer, tls: TLS | None, timeout_s: float) -> BulkSocket | None:
-    """The bulk socket a decoder offered, or None (logged) when it cannot be connected."""
+def connect(address: str, offer: BulkOffer, tls: TLS | None, timeout_s: float,
+            buffers: ReceiveBuffers) -> BulkSocket | None:
+    """The bulk socket a decoder offered, receiving into `buffers`, or None (logged) when it cannot
+    be connected."""
     try:
-        return BulkSocket(host_of(address), offer, tls, timeout_s)
+        return BulkSocket(host_of(address), offer, tls, timeout_s, buffers)
     except OSError as exc:  # ssl.SSLError included
         log.warning("cannot connect the bulk socket of decoder %s (port %d: %s); its batches come on the "
                     "gRPC stream instead", address, offer.port, exc)
         return None
 
 
-__all__ = ["BufferPool", "BulkSocket", "connect"]
+__all__ = ["BulkSocket", "connect"]

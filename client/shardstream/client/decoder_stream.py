@@ -21,6 +21,7 @@ import grpc
 from shardstream.client import bulk_socket
 from shardstream.client.bulk_socket import BulkSocket
 from shardstream.client.channels import DecoderChannels
+from shardstream.client.receive_buffers import ReceiveBuffers
 from shardstream.client.shared_slots import SlotPool
 from shardstream.proto import FETCH_BATCHES_METHOD, PROTOCOL_VERSION
 from shardstream.proto.errors import (
@@ -66,22 +67,23 @@ class DecoderStream:
     """One decoder's FetchBatches stream: wants go out from a queue, batches come back on a thread."""
 
     def __init__(self, address: str, target: FetchTarget, channels: DecoderChannels, slots: SlotPool | None,
-                 bulk: bool, timeout_s: float) -> None:
+                 bulk_buffers: ReceiveBuffers | None, timeout_s: float) -> None:
         self.address = address
         self.slots = slots  # offered with each want when the decoder is on this host
+        self._bulk_buffers = bulk_buffers  # what a bulk socket receives into; None: batches on the stream
         self.offered: collections.deque[str] = collections.deque()  # one per want, in order
         self.bulk: BulkSocket | None = None  # once connected, wants ask for their batches on it
         self._channels = channels
         self._timeout_s = timeout_s
         self.wants: queue.Queue[pb.FetchControl | None] = queue.Queue()
-        bulk = bulk and address not in channels.bulk_unreachable
+        wants_bulk = bulk_buffers is not None and address not in channels.bulk_unreachable
         self.wants.put(pb.FetchControl(open=pb.FetchOpen(
             protocol_version=PROTOCOL_VERSION, job_id=target.job_id, epoch=target.epoch, rank=target.rank,
-            bulk=bulk)))
+            bulk=wants_bulk)))
         # Until the decoder's answer to `bulk` (its offer) is taken up, wants wait here, so that
         # every batch can come on the bulk socket.
         self._lock = threading.Lock()
-        self._held: list[pb.Want] | None = [] if bulk else None
+        self._held: list[pb.Want] | None = [] if wants_bulk else None
         # the loader's channel, kept across epochs (channels.py)
         fetch = channels.get(address).stream_stream(
             FETCH_BATCHES_METHOD, request_serializer=pb.FetchControl.SerializeToString,
@@ -125,8 +127,9 @@ class DecoderStream:
     def _connect_bulk(self, offer: BulkOffer) -> None:
         """Connect the socket the decoder offered (port 0: it has none), then send the wants held."""
         connected = None
-        if offer.port:
-            connected = bulk_socket.connect(self.address, offer, self._channels.tls, self._timeout_s)
+        if offer.port and self._bulk_buffers is not None:
+            connected = bulk_socket.connect(self.address, offer, self._channels.tls, self._timeout_s,
+                                            self._bulk_buffers)
             if connected is None:
                 self._channels.bulk_unreachable.add(self.address)
         if connected is not None and self._closed:

@@ -22,7 +22,8 @@ A decoder on the rank's own host writes batches into shared-memory slots the
 rank offers instead of sending them (shared_slots.py); the stream then
 carries only which slot holds which step. A decoder on another host sends
 batch bytes on a bulk socket beside the stream (bulk_socket.py), which then
-carries only each step's size.
+carries only each step's size; the bytes land in the loader's receive
+buffers (receive_buffers.py), which its window bounds.
 
 Iterate for (header, tensors) in step order (asking for the next one returns
 the last one's room in the window), and close().
@@ -47,6 +48,7 @@ from shardstream.client.decoder_stream import (
     sender_failure,
 )
 from shardstream.client.placement import StepPlacement
+from shardstream.client.receive_buffers import ReceiveBuffers
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.shared_slots import SlotPool, is_local_address, shared_memory_available
 from shardstream.client.shutdown import track_stream, untrack_stream
@@ -96,7 +98,7 @@ class DirectPrefetcher:
                  channels: DecoderChannels, stats: LoaderStats | None = None,
                  list_decoders: Callable[[], Sequence[str]] | None = None, shared_memory: bool = True,
                  bulk: bool = True, data_stall: Callable[[], float | None] = lambda: None,
-                 listing: ListingClock | None = None) -> None:
+                 listing: ListingClock | None = None, receive_buffers: ReceiveBuffers | None = None) -> None:
         if not addresses:
             raise ServiceUnavailable(f"{describe}: the service lists no decoder to fetch batches from (no decode "
                                      "node has joined its Ray cluster yet, or its actors are still starting)")
@@ -119,6 +121,8 @@ class DirectPrefetcher:
         self._last_failure = ""
         self._shared_memory = shared_memory and shared_memory_available()
         self._bulk = bulk
+        # What bulk sockets receive into: the loader's, kept across epochs (receive_buffers.py)
+        self._receive_buffers = receive_buffers or ReceiveBuffers(window_batches + 1)
         self._data_stall = data_stall  # the rank's stall now, sent with its wants (stall.py)
         for address in addresses:
             self._add_sender(address)
@@ -134,8 +138,9 @@ class DirectPrefetcher:
         if address in self._senders:
             return
         slots = SlotPool() if self._shared_memory and is_local_address(address) else None
-        sender = DecoderStream(address, self._target, self._channels, slots, bulk=self._bulk and slots is None,
-                         timeout_s=self._timeout_s)
+        bulk = self._receive_buffers if self._bulk and slots is None else None
+        sender = DecoderStream(address, self._target, self._channels, slots, bulk_buffers=bulk,
+                               timeout_s=self._timeout_s)
         self._senders[address] = sender
         self._scheduler.add_sender(address)
         sender.thread = threading.Thread(target=self._receive, args=(sender,), daemon=True,

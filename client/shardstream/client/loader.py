@@ -31,6 +31,7 @@ from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, ListingClock
 from shardstream.client.job_spec import job_spec
 from shardstream.client.profiling import NamedWaits
+from shardstream.client.receive_buffers import ReceiveBuffers
 from shardstream.client.stall import LoopWaits
 from shardstream.client.state import LoaderState, spec_fingerprint
 from shardstream.client.stats import LoaderStats
@@ -207,6 +208,9 @@ class RemoteLoader:
         self._connection = ServiceConnection(address, connect_timeout, tls or TLS.from_env(), credentials)
         decoder_tls = self._connection.tls.for_decoders(address) if self._connection.tls else None
         self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS, credentials)  # the direct data plane's
+        # What bulk sockets receive batches into, for every decoder and epoch: the window's batches,
+        # and the one a training loop's variable holds while it asks for the next.
+        self._receive_buffers = ReceiveBuffers(keep=prefetch + 1)
         try:
             self.job = self._connection.open_job(self._open_request(), self.timeout)
             self._listing = ListingClock()  # when the job's decoders were last asked for
@@ -336,7 +340,8 @@ class RemoteLoader:
         return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch, self.window_bytes, convert,
                                 self.timeout, describe,
                                 self._decoder_channels, self.stats, self._list_decoders, self.shared_memory,
-                                self.bulk_socket, data_stall=lambda: self.data_stall, listing=self._listing)
+                                self.bulk_socket, data_stall=lambda: self.data_stall, listing=self._listing,
+                                receive_buffers=self._receive_buffers)
 
     @property
     def window_bytes(self) -> int:
@@ -394,6 +399,7 @@ class RemoteLoader:
     def close(self) -> None:
         self._connection.close()
         self._decoder_channels.close()
+        self._receive_buffers.close()
 
     def __enter__(self) -> RemoteLoader:
         return self
