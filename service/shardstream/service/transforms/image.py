@@ -9,6 +9,7 @@ else (PNG, CMYK, a reduced-size JPEG decode, a damaged file) decodes in Pillow's
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 import numpy as np
@@ -120,7 +121,7 @@ class ImageTransform:
         if self.mode == "resize":
             return self.width, self.height
         scale = max(self._scale(width, height), 1e-9)
-        return max(self.width, int(np.ceil(width * scale))), max(self.height, int(np.ceil(height * scale)))
+        return max(self.width, math.ceil(width * scale)), max(self.height, math.ceil(height * scale))
 
     def _scale(self, width: int, height: int) -> float:
         scale = 1.0 if self.resize_short is None else self.resize_short / min(width, height)
