@@ -9,7 +9,8 @@ then samples both with ``py-spy record --subprocesses`` (Python frames of the
 ``serve`` process and of every Ray worker under it, i.e. the decode actors)
 and prints, per process, the share of samples and the functions that take
 them: "self" (the innermost frame, where the CPU is) and "inclusive" (any
-frame on the stack). py-spy counts threads blocked in Ray's or gRPC's C code
+frame on the stack); for the JPEG workload, the decode actors' decode threads
+by part of the work (bench/decode_parts.py). py-spy counts threads blocked in Ray's or gRPC's C code
 as busy and cannot see native threads, so the report ends with each process's
 CPU by thread over the same window, from /proc (bench/thread_cpu.py). Needs py-spy (``pip install py-spy``) and permission to
 ptrace the processes (root, or CAP_SYS_PTRACE).
@@ -35,6 +36,7 @@ import psutil
 
 from bench.config import CACHE_DIR, RESULTS_DIR, full_config, quick_config
 from bench.consumer import child_env
+from bench.decode_parts import decode_parts, format_parts
 from bench.services import shardstream_service
 from bench.spec import ConsumerSpec
 from bench.thread_cpu import busiest_threads, format_threads, python_thread_names, thread_times
@@ -205,6 +207,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     text = (f"py-spy, {args.seconds:.0f} s at {args.rate} Hz, {stamp}: the shardstream service "
             f"(serve process + decode actors) and a RemoteLoader consumer streaming {what}"
             + format_profiles(profiles, args.seconds, args.rate)
+            + ("" if transport else format_parts(decode_parts(raw_lines)))
             + format_threads(threads, processes, args.seconds))
     args.out.mkdir(parents=True, exist_ok=True)
     kind = f"transport{batch_mb:.1f}MB-" if transport else ""

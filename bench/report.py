@@ -11,6 +11,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from bench.decode_limit import limit_text
 from bench.floors import floor_text
 from bench.stats import spread
 from bench.transport_figures import KINDS, batch_label, batch_sizes, figures
@@ -174,6 +175,9 @@ def full_report(results: dict[str, Any]) -> str:
     paired = paired_text(results)
     if paired:
         parts += ["", paired]
+    limit = limit_text(results)
+    if limit:
+        parts += ["", limit]
     parts += ["", transport_table(results), "", targets_text(results["targets"])]
     floor = floor_text(results)
     if floor:

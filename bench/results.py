@@ -8,6 +8,7 @@
                          "runs": [RunMetrics...], "median": {metric: median}, ...}},
       "transport": {"status": ..., "batch_rows": [64], "decoders": 2, "dataset": {row_bytes, ...},
                     "results": {"shardstream" | "grpc_raw" | "tcp_raw": {"64": {"runs", "median"}}}},
+      "decode_limit": {"runs": [{decoder: CPU-s/1k}...], "cpu_per_1k": {decoder: median}} (with shardstream),
       "targets": [{name, status, value, op, threshold, unit, detail}], "all_passed": bool
     }
 """

@@ -33,6 +33,8 @@ from tqdm import tqdm
 
 from bench.config import CACHE_DIR, BenchConfig
 from bench.consumer import ConsumerFailed, background_consumer, run_consumer
+from bench.decode_limit import measure as measure_decode_limit
+from bench.decode_limit import summarize as summarize_decode_limit
 from bench.machine import load_average, machine_info
 from bench.results import SCHEMA
 from bench.services import (
@@ -119,9 +121,12 @@ class Runner:
         systems = {name: self._new_entry(name) for name in cfg.systems}
         transport = self._new_transport() if transport_dir is not None else {
             "status": "skipped", "reason": "not requested (--no-transport)"}
+        decode_limits: list[dict[str, float]] = []
         with tqdm(total=self._planned_runs(), desc="benchmark", unit="run", file=sys.stderr,
                   dynamic_ncols=True) as self._bar:
             for rep in range(cfg.repetitions):
+                if "shardstream" in systems:  # the floor under its decode actors, on this round's machine
+                    decode_limits.append(measure_decode_limit(workload_dir, cfg.crop))
                 for name, entry in systems.items():
                     self._guarded(entry, name, self._runs_per_round(name),
                                   lambda n=name, e=entry, r=rep: self._round(n, e, workload_dir, r))
@@ -147,6 +152,8 @@ class Runner:
             "systems": systems,
             "transport": transport,
         }
+        if decode_limits:
+            results["decode_limit"] = summarize_decode_limit(decode_limits)
         targets = evaluate(results)
         results["targets"] = [t.to_json() for t in targets]
         results["all_passed"] = all_passed(targets)

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from bench.decode_limit import fastest
 from bench.transport_figures import batch_label, batch_sizes, figures
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -34,6 +35,7 @@ TRANSPORT_VS_GRPC = 0.80
 TRANSPORT_MIN_GBPS = 1.0
 TTFB_MAX_S = 1.0
 RSS_SLACK = 1.10
+DECODE_VS_LIMIT = 1.25  # decode actors' CPU per sample against one core's decode + crop + flip (decode_limit.py)
 
 
 @dataclass(frozen=True)
@@ -126,6 +128,15 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
         "consumer CPU/sample vs DataLoader (main+workers)", _ratio(our_cpu, dl_cpu), "<=",
         CPU_VS_DATALOADER, "x",
         f"shardstream {_fmt(our_cpu, '.3f')} / DataLoader {_fmt(dl_cpu, '.3f')} CPU-s per 1000 samples"))
+
+    decoders = _median(results, "shardstream", "server_decoders_cpu_per_1k")
+    limit = fastest(results)
+    server = _median(results, "shardstream", "server_cpu_per_1k")
+    targets.append(_target(
+        "decode actors' CPU/sample vs one core's decode + crop + flip", _ratio(decoders, limit and limit[1]),
+        "<=", DECODE_VS_LIMIT, "x",
+        f"decode actors {_fmt(decoders, '.3f')} (whole service {_fmt(server, '.3f')}) / "
+        f"{limit[0] if limit else 'single core'} {_fmt(limit and limit[1], '.3f')} CPU-s per 1000 samples"))
 
     control = _control_cpu_per_gb(results)
     targets.append(_target(

@@ -28,7 +28,8 @@ def _results(**overrides: Any) -> dict[str, Any]:
         "config": {"prefetch": 4, "batch_size": 64},
         "systems": {
             "shardstream": {**_system(1700.0, 0.05, ttfb_s=0.5, rss_growth_mb=40.0, batch_bytes=10e6,
-                                      server_main_cpu_per_1k=0.001),
+                                      server_main_cpu_per_1k=0.001, server_decoders_cpu_per_1k=0.24,
+                                      server_cpu_per_1k=0.25),
                             "network_path": {"runs": [], "median": {"samples_per_s": 1400.0, "rss_growth_mb": 42.0,
                                                                     "batch_bytes": 10e6}},
                             "prepared_cache": {"runs": [], "median": {"samples_per_s": 1600.0}},
@@ -40,6 +41,7 @@ def _results(**overrides: Any) -> dict[str, Any]:
             "spdl": _system(900.0),
         },
         "transport": _transport(1200.0, 1400.0),
+        "decode_limit": {"runs": [], "cpu_per_1k": {"pillow": 0.3, "simplejpeg": 0.2}},
     }
     results.update(overrides)
     return results
@@ -196,3 +198,27 @@ def test_warm_epochs_are_judged_against_tf_data_with_its_cache_after_decode() ->
     assert (target.status, target.value, target.threshold) == (PASS, pytest.approx(1600 / 1500), 1.0)
     results["systems"]["tfdata"]["cache_decoded"]["median"]["samples_per_s"] = 1700.0
     assert _by_name(evaluate(results))[name].status == FAIL
+
+
+DECODE = "decode actors' CPU/sample vs one core's decode + crop + flip"
+
+
+def test_decode_actors_are_judged_against_the_fastest_single_core_decoder() -> None:
+    results = _results()
+    target = _by_name(evaluate(results))[DECODE]
+    assert (target.status, target.value, target.threshold) == (PASS, pytest.approx(0.24 / 0.2), 1.25)
+    assert "decode actors 0.240 (whole service 0.250) / simplejpeg 0.200" in target.detail
+    results["systems"]["shardstream"]["median"]["server_decoders_cpu_per_1k"] = 0.26  # 1.3x the fastest
+    assert _by_name(evaluate(results))[DECODE].status == FAIL
+    del results["decode_limit"]["cpu_per_1k"]["simplejpeg"]  # only Pillow measured: 0.26 / 0.3
+    target = _by_name(evaluate(results))[DECODE]
+    assert (target.status, target.value) == (PASS, pytest.approx(0.26 / 0.3))
+
+
+def test_decode_target_skips_without_either_figure() -> None:
+    results = _results()
+    del results["decode_limit"]
+    assert _by_name(evaluate(results))[DECODE].status == SKIP
+    results = _results()
+    del results["systems"]["shardstream"]["median"]["server_decoders_cpu_per_1k"]
+    assert _by_name(evaluate(results))[DECODE].status == SKIP

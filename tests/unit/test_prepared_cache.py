@@ -128,6 +128,10 @@ class _CountingReader:
         self.asked += [int(i) for i in indices]
         return self.reader.read(indices)
 
+    def rows(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        self.asked += [int(i) for i in indices]
+        return self.reader.rows(indices)
+
 
 def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Path) -> None:
     index = _index(tmp_path / "data")

@@ -46,6 +46,35 @@ def test_rows_come_back_in_the_requested_order(index: DatasetIndex, indices: lis
     assert table.column("x").to_pylist() == [[float(i)] * 3 for i in indices]
 
 
+@settings(max_examples=60, deadline=None, database=None)
+@given(indices=st.lists(st.integers(0, N - 1), min_size=1, max_size=40))
+def test_rows_are_the_tables_rows_as_python(index: DatasetIndex, indices: list[int]) -> None:
+    reader = _reader(index)
+    assert reader.rows(np.array(indices, dtype=np.int64)) == reader.read(np.array(indices, dtype=np.int64)).to_pylist()
+
+
+def test_rows_of_every_kind_of_value_and_nulls(tmp_path: Path) -> None:
+    """Values as to_pylist gives them: bytes, strings, lists, timestamps, nulls; several chunks."""
+    import datetime
+
+    import pyarrow.parquet as pq
+
+    table = pa.table({
+        "b": pa.array([b"\xff\xd8", None, b"", b"x" * 300], pa.binary()),
+        "s": pa.array(["a", "b", None, "\u00e9"]),
+        "l": pa.array([[1, 2], None, [], [3]], pa.list_(pa.int64())),
+        "t": pa.array([datetime.datetime(2026, 1, 1), None, datetime.datetime(1970, 1, 1), None], pa.timestamp("ms")),
+        "f": pa.array([1.5, None, float("nan"), -0.0]),
+    })
+    pq.write_table(table, tmp_path / "part-00000.parquet", row_group_size=3)
+    reader = _reader(index_dataset((str(tmp_path),)))
+    indices = np.array([3, 1, 0, 2, 3], dtype=np.int64)
+    rows, expected = reader.rows(indices), reader.read(indices).to_pylist()
+    assert [{k: v for k, v in row.items() if k != "f"} for row in rows] == \
+        [{k: v for k, v in row.items() if k != "f"} for row in expected]
+    assert [repr(row["f"]) for row in rows] == [repr(row["f"]) for row in expected]  # nan, -0.0
+
+
 def test_every_row_in_reverse_order_with_duplicates(index: DatasetIndex) -> None:
     indices = [*range(N - 1, -1, -1), 0, 0, N - 1, 5, 5]
     assert _reader(index).read(np.array(indices)).column("idx").to_pylist() == indices

@@ -13,7 +13,7 @@ job whose dataset or pipeline changed is refused naming what changed
   hash and package version), with a hash of all of it;
 - the order contract's parameters;
 - the versions of what decodes on the service (shardstream, torch, pyarrow,
-  Pillow, Python).
+  Pillow, simplejpeg, Python).
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ from shardstream.service.dataset import DatasetIndex
 
 MANIFEST_VERSION = 1
 MAX_SHARDS = 1000  # listed one by one; beyond, the fingerprint stands for them
-PACKAGES = {"shardstream": "shardstream", "torch": "torch", "pyarrow": "pyarrow", "pillow": "Pillow"}
+PACKAGES = {"shardstream": "shardstream", "torch": "torch", "pyarrow": "pyarrow", "pillow": "Pillow",
+            "simplejpeg": "simplejpeg"}
 
 
 def job_manifest(spec: JobSpec, index: DatasetIndex) -> dict[str, Any]:

@@ -54,6 +54,7 @@ from shardstream.service.transforms.columns import (
     variable_columns,
 )
 from shardstream.service.transforms.nulls import MASK, check_nulls
+from shardstream.service.transforms.sample_seeds import sample_rngs
 from shardstream.service.transforms.values import mask_name
 
 log = logging.getLogger(__name__)
@@ -136,10 +137,12 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     used = np.array(indices, dtype=np.int64, copy=True)
     prepared = _cached(prepared_samples, used)
     missing = [position for position in range(len(used)) if position not in prepared]
-    rows = dict(zip(missing, reader.read(used[missing]).to_pylist(), strict=True)) if missing else {}
+    rows = dict(zip(missing, reader.rows(used[missing]), strict=True)) if missing else {}
     samples: list[dict[str, Any]] = []
     replaced = 0
     built = 0  # bytes of the samples so far
+    augment = getattr(transform, "augment", None)
+    rngs = sample_rngs(job.seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
     try:
         for position in range(len(used)):
             index = int(used[position])
@@ -148,7 +151,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 if sample is None:
                     sample = _prepare(transform, rows.pop(position))
                     _keep(prepared_samples, index, sample)
-                samples.append(_augment(transform, sample, job.seed, epoch, index))
+                samples.append(augment(sample, rngs[position]) if augment is not None else sample)
             except Exception as exc:
                 if job.on_corrupt != "skip":
                     raise _corrupt(job, index, exc) from None

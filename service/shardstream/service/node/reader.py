@@ -15,6 +15,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -141,6 +142,17 @@ class ShardReader:
     def read(self, indices: np.ndarray) -> pa.Table:
         """The rows at `indices`, in that order, as one table."""
         return rows_in_batch_order(self.pieces(indices))
+
+    def rows(self, indices: np.ndarray) -> list[dict[str, Any]]:
+        """``read(indices).to_pylist()``, without gathering the rows into a table first: each
+        value is taken from its row group as Python (``as_py``, what ``to_pylist`` gives)."""
+        out: list[dict[str, Any]] = [{}] * len(indices)
+        for piece in self.pieces(indices):
+            columns = [(name, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
+                       for name, column in zip(piece.table.column_names, piece.table.columns, strict=True)]
+            for at, row in zip(piece.at.tolist(), piece.rows.tolist(), strict=True):
+                out[at] = {name: values[row].as_py() for name, values in columns}
+        return out
 
     def _row_groups(self, wanted: list[tuple[int, int]]) -> list[pa.Table]:
         """The row groups (file, row group): those held already, then the rest loaded in parallel."""

@@ -1,12 +1,15 @@
 """The built-in image transform: prepare = decode (+ resize), augment = crop + flip.
 
 Output: the image column as uint8 [B, C, H, W]; every other selected column
-passes through: numbers as tensors (labels), strings as lists (captions). JPEG and PNG decode in Pillow's C code.
+passes through: numbers as tensors (labels), strings as lists (captions). JPEGs decode with
+libjpeg-turbo straight into numpy where that gives Pillow's pixels (jpeg_decode.py); everything
+else (PNG, CMYK, a reduced-size JPEG decode, a damaged file) decodes in Pillow's C code.
 """
 
 from __future__ import annotations
 
 import io
+import math
 from typing import Any
 
 import numpy as np
@@ -14,6 +17,7 @@ import pyarrow as pa
 from PIL import Image
 
 from shardstream.proto.errors import InvalidJobSpec
+from shardstream.service.transforms import jpeg_decode
 from shardstream.service.transforms.base import Sample, check_tensor_column
 
 MODES = ("random_crop", "center_crop", "resize")
@@ -37,6 +41,7 @@ class ImageTransform:
             raise InvalidJobSpec(f"resize_short must be positive, got {resize_short!r}")
         self.column, self.height, self.width = column, int(height), int(width)
         self.mode, self.flip, self.resize_short = mode, bool(flip), resize_short
+        self.channels = channels
         self.pil_mode = "RGB" if channels == 3 else "L"
 
     def check_schema(self, schema: pa.Schema) -> None:
@@ -51,13 +56,30 @@ class ImageTransform:
 
     def prepare(self, row: Sample) -> Sample:
         """Deterministic: decode and resize. Raises on a corrupt image."""
-        with Image.open(io.BytesIO(row[self.column])) as encoded:
+        out: dict[str, Any] = dict(row)
+        out[self.column] = self._pixels(row[self.column])
+        return out
+
+    def _pixels(self, data: bytes) -> np.ndarray:
+        """uint8 [H, W, C]: decoded by libjpeg-turbo straight into numpy when that gives Pillow's
+        pixels (jpeg_decode.py), else by Pillow; then fitted and cropped."""
+        header = jpeg_decode.jpeg_size(data)
+        if header is not None and self._full_size(header[0], header[1]):
+            pixels = jpeg_decode.decode(data, self.channels, header)
+            if pixels is not None:
+                if self.mode != "resize" and self._scale(pixels.shape[1], pixels.shape[0]) == 1.0:
+                    return self._center(pixels) if self.mode == "center_crop" else pixels
+                return self._shaped(Image.fromarray(pixels[:, :, 0] if self.channels == 1 else pixels))
+        with Image.open(io.BytesIO(data)) as encoded:
             if encoded.format == "JPEG":
                 # Decode at a reduced DCT scale when the image will be shrunk anyway: several
                 # times less work for large photos; never below the size needed next.
                 encoded.draft(self.pil_mode, self._needed_size(encoded.width, encoded.height))
             encoded.load()
-            img: Image.Image = encoded.convert(self.pil_mode)
+            img: Image.Image = encoded if encoded.mode == self.pil_mode else encoded.convert(self.pil_mode)
+        return self._shaped(img)
+
+    def _shaped(self, img: Image.Image) -> np.ndarray:
         if self.mode == "resize":
             img = img.resize((self.width, self.height), Image.Resampling.BILINEAR)
         else:
@@ -66,10 +88,20 @@ class ImageTransform:
                 top = (img.height - self.height) // 2
                 left = (img.width - self.width) // 2
                 img = img.crop((left, top, left + self.width, top + self.height))
-        out: dict[str, Any] = dict(row)
         pixels = np.asarray(img, dtype=np.uint8)
-        out[self.column] = pixels if pixels.ndim == 3 else pixels[:, :, None]
-        return out
+        return pixels if pixels.ndim == 3 else pixels[:, :, None]
+
+    def _center(self, pixels: np.ndarray) -> np.ndarray:
+        """The center crop of pixels at least the crop's size (what Image.crop gives)."""
+        top = (pixels.shape[0] - self.height) // 2
+        left = (pixels.shape[1] - self.width) // 2
+        return np.ascontiguousarray(pixels[top : top + self.height, left : left + self.width])
+
+    def _full_size(self, width: int, height: int) -> bool:
+        """Whether Pillow's ``draft`` would decode this JPEG at full size (its DCT scale: the
+        largest of 8, 4, 2 at most min(width // needed width, height // needed height), else 1)."""
+        needed_width, needed_height = self._needed_size(width, height)
+        return min(width // needed_width, height // needed_height) < 2
 
     def augment(self, sample: Sample, rng: np.random.Generator) -> Sample:
         """Random: crop position and horizontal flip, then HWC -> CHW."""
@@ -89,7 +121,7 @@ class ImageTransform:
         if self.mode == "resize":
             return self.width, self.height
         scale = max(self._scale(width, height), 1e-9)
-        return max(self.width, int(np.ceil(width * scale))), max(self.height, int(np.ceil(height * scale)))
+        return max(self.width, math.ceil(width * scale)), max(self.height, math.ceil(height * scale))
 
     def _scale(self, width: int, height: int) -> float:
         scale = 1.0 if self.resize_short is None else self.resize_short / min(width, height)

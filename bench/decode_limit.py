@@ -1,0 +1,125 @@
+"""What one core spends on the workload's per-sample work alone: the floor under a decode actor.
+
+    python -m bench.decode_limit [--quick] [--samples 1000]
+
+For each JPEG decoder available (Pillow, as DataLoader's workers use it,
+bench/augment.py; simplejpeg, libjpeg-turbo straight into numpy, as the
+image transform uses it where its pixels are Pillow's), one thread decodes
+the workload's own JPEGs, read into memory first, takes the random crop and
+flip and makes the CHW copy (``crop_flip_chw``): CPU seconds of that thread
+(``thread_time``) per 1000 samples, the least of a few passes. ``python -m
+bench`` measures it in every round, beside the systems, and judges the
+decode actors' CPU per sample against the fastest decoder's
+(bench/targets.py): what is left between the two is what serving costs
+(reading rows, seeding generators, collating into the message, Ray).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from bench.augment import crop_flip_chw, decode_jpeg
+from bench.config import full_config, quick_config
+from bench.workload import jpeg_workload, parquet_files
+
+SAMPLES = 1000
+PASSES = 3
+
+
+def _simplejpeg(data: bytes) -> np.ndarray:
+    import simplejpeg
+
+    return simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False)  # type: ignore[no-any-return]
+
+
+def decoders() -> dict[str, Callable[[bytes], np.ndarray]]:
+    """The decoders installed here, by name: bytes -> uint8 [H, W, 3]."""
+    found: dict[str, Callable[[bytes], np.ndarray]] = {"pillow": decode_jpeg}
+    if importlib.util.find_spec("simplejpeg") is not None:
+        found["simplejpeg"] = _simplejpeg
+    return found
+
+
+def workload_images(directory: Path, count: int) -> list[bytes]:
+    """The first `count` JPEGs of the workload, in file order."""
+    images: list[bytes] = []
+    for path in parquet_files(directory):
+        images += pq.read_table(path, columns=["image"]).column("image").to_pylist()
+        if len(images) >= count:
+            break
+    return images[:count]
+
+
+def cpu_per_1k(images: Sequence[bytes], decode: Callable[[bytes], np.ndarray], crop: int,
+               passes: int = PASSES) -> float:
+    """CPU-s of this thread per 1000 samples of decode + crop + flip + CHW copy, the least of `passes`."""
+    rng = np.random.default_rng(0)
+    best = float("inf")
+    for _ in range(passes):
+        started = time.thread_time()
+        for data in images:
+            crop_flip_chw(decode(data), crop, rng)
+        best = min(best, time.thread_time() - started)
+    return best * 1000 / max(1, len(images))
+
+
+def measure(directory: Path, crop: int, samples: int = SAMPLES, passes: int = PASSES) -> dict[str, float]:
+    """Decoder name -> its single-core CPU-s per 1000 samples on the workload in `directory`."""
+    images = workload_images(directory, samples)
+    return {name: cpu_per_1k(images, decode, crop, passes) for name, decode in decoders().items()}
+
+
+def summarize(runs: Sequence[dict[str, float]]) -> dict[str, Any]:
+    """The rounds' measurements and each decoder's median, as the results document holds them."""
+    names = sorted({name for run in runs for name in run})
+    return {"runs": list(runs),
+            "cpu_per_1k": {name: statistics.median(run[name] for run in runs if name in run) for name in names}}
+
+
+def fastest(results: dict[str, Any]) -> tuple[str, float] | None:
+    """(decoder, CPU-s per 1000 samples) of the fastest decoder in a results document, if measured."""
+    limits = (results.get("decode_limit") or {}).get("cpu_per_1k") or {}
+    if not limits:
+        return None
+    name = min(limits, key=limits.__getitem__)
+    return name, float(limits[name])
+
+
+def limit_text(results: dict[str, Any]) -> str:
+    limits = (results.get("decode_limit") or {}).get("cpu_per_1k") or {}
+    if not limits:
+        return ""
+    each = ", ".join(f"{name} {value:.3f}" for name, value in sorted(limits.items(), key=lambda kv: kv[1]))
+    return (f"one core's decode + crop + flip + CHW copy of the workload's JPEGs (CPU-s per 1000 samples, "
+            f"medians over the rounds): {each}")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.decode_limit", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="the quick workload")
+    parser.add_argument("--samples", type=int, default=SAMPLES)
+    parser.add_argument("--passes", type=int, default=PASSES)
+    args = parser.parse_args(argv)
+    config = quick_config() if args.quick else full_config()
+    limits = measure(jpeg_workload(config.workload), config.crop, args.samples, args.passes)
+    print(limit_text({"decode_limit": summarize([limits])}))
+    return 0
+
+
+__all__ = ["cpu_per_1k", "decoders", "fastest", "limit_text", "measure", "summarize", "workload_images"]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+

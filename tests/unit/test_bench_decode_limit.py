@@ -1,0 +1,58 @@
+"""bench.decode_limit: one core's decode + crop + flip of the workload, per decoder, and its summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from bench.augment import crop_flip_chw
+from bench.decode_limit import cpu_per_1k, decoders, fastest, limit_text, summarize, workload_images
+from bench.workload import encode_jpeg, synthetic_image
+
+IMAGES = [encode_jpeg(synthetic_image(0, i, 64), 90) for i in range(6)]
+
+
+def test_every_decoder_gives_the_same_pixels() -> None:
+    """The floor is of the same work whichever decoder does it."""
+    found = decoders()
+    assert set(found) == {"pillow", "simplejpeg"}
+    for data in IMAGES:
+        pixels = [decode(data) for decode in found.values()]
+        assert all(p.shape == (64, 64, 3) and np.array_equal(p, pixels[0]) for p in pixels)
+        rng = np.random.default_rng(1)
+        assert crop_flip_chw(pixels[0], 48, rng).shape == (3, 48, 48)
+
+
+def test_cpu_per_1k_is_the_least_pass_per_1000_samples() -> None:
+    calls: list[bytes] = []
+
+    def decode(data: bytes) -> np.ndarray:
+        calls.append(data)
+        return np.zeros((64, 64, 3), np.uint8)
+
+    value = cpu_per_1k(IMAGES, decode, 48, passes=2)
+    assert calls == IMAGES * 2
+    assert 0 <= value < 1000
+
+
+def test_workload_images_are_read_in_file_order(tmp_path: Path) -> None:
+    for shard in range(2):
+        pq.write_table(pa.table({"image": pa.array(IMAGES[shard * 3:shard * 3 + 3], pa.binary())}),
+                       tmp_path / f"part-{shard:05d}.parquet")
+    assert workload_images(tmp_path, 4) == IMAGES[:4]
+    assert workload_images(tmp_path, 100) == IMAGES
+
+
+def test_summary_medians_and_the_fastest() -> None:
+    summary = summarize([{"pillow": 0.3, "simplejpeg": 0.2}, {"pillow": 0.5, "simplejpeg": 0.1},
+                         {"pillow": 0.4}])
+    assert summary["cpu_per_1k"] == {"pillow": pytest.approx(0.4), "simplejpeg": pytest.approx(0.15)}
+    assert fastest({"decode_limit": summary}) == ("simplejpeg", pytest.approx(0.15))
+    assert fastest({}) is None
+    text = limit_text({"decode_limit": summary})
+    assert text.index("simplejpeg 0.150") < text.index("pillow 0.400")
+    assert limit_text({}) == ""

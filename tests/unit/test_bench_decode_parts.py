@@ -1,0 +1,46 @@
+"""bench.decode_parts: a decode actor's decode-thread stacks, given to the part of the work they are in."""
+
+from __future__ import annotations
+
+from bench.decode_parts import PARTS, decode_parts, format_parts, part_of
+
+ACTOR = 'process 10:"python -m shardstream.service.cli serve";process 20:"ray::DecodeWorker.decode_step";'
+LOOP = "_run (service/node/fair_queue.py:9);DecodeWorker.decode_step (service/node/decoder.py:120);" \
+       "decode_batch (service/node/batching.py:140)"
+RAW = [
+    f"{ACTOR}thread (0x1);{LOOP};ImageTransform.prepare (service/transforms/image.py:60);"
+    "ImageFile.load (PIL/ImageFile.py:200) 30",
+    f"{ACTOR}thread (0x1);{LOOP};ImageTransform.prepare (service/transforms/image.py:70);"
+    "Image.__array_interface__ (PIL/Image.py:700);Image.tobytes (PIL/Image.py:750) 6",
+    f"{ACTOR}thread (0x1);{LOOP};_augment (service/node/batching.py:290);sample_rng (service/transforms/base.py:30) 3",
+    f"{ACTOR}thread (0x1);{LOOP};_collate_framed (service/node/batching.py:250);stack (numpy/_core/shape_base.py:9) 8",
+    f"{ACTOR}thread (0x1);{LOOP} 2",
+    f"{ACTOR}thread (0x1);{LOOP};sample_rngs (service/transforms/sample_seeds.py:60) 1",
+    f"{ACTOR}thread (0x1);{LOOP};ShardReader.rows (service/node/reader.py:150) 4",
+    # another thread of the actor (blocked in C, which py-spy counts as busy): not the decode's
+    f"{ACTOR}thread (0x2);main_loop (ray/_private/worker.py:10) 50",
+    # another process
+    'process 10:"python -m shardstream.service.cli serve";thread (0x1);_serve (grpc/_server.py:5) 5',
+    "not a stack line",
+]
+
+
+def test_each_decode_thread_stack_counts_once_in_its_innermost_part() -> None:
+    parts = decode_parts(RAW)
+    assert sum(parts.values()) == 54  # the decode thread's samples only
+    assert parts[PARTS[0][0]] == 30  # the JPEG decode, not "the rest of prepare"
+    assert parts["pixel copies (convert, np.asarray -> tobytes)"] == 6
+    assert parts["per-sample RNG (np.random.default_rng)"] == 4
+    assert parts["reading rows (Arrow -> Python bytes)"] == 4
+    assert parts["collate into the message (np.stack)"] == 8
+    assert parts["the rest of decode_batch (the per-sample loop)"] == 2
+
+
+def test_a_stack_outside_the_decode_thread_has_no_part() -> None:
+    assert part_of(["main_loop (ray/_private/worker.py)"]) is None
+
+
+def test_format_parts_gives_shares_of_the_decode_thread() -> None:
+    text = format_parts(decode_parts(RAW))
+    assert "55.6%  JPEG decode" in text
+    assert format_parts(decode_parts([])) == ""

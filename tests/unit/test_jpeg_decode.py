@@ -1,0 +1,178 @@
+"""The image transform's JPEG decoder choice: libjpeg-turbo through simplejpeg gives Pillow's pixels
+byte for byte wherever it is used, and everything else is left to Pillow, errors included."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import numpy as np
+import pytest
+import simplejpeg
+from PIL import Image
+
+from bench.workload import encode_jpeg, synthetic_image
+from shardstream.service.transforms import jpeg_decode
+from shardstream.service.transforms.image import ImageTransform
+
+
+def _photo(width: int, height: int, seed: int = 1) -> np.ndarray:
+    return np.ascontiguousarray(synthetic_image(seed, width * 31 + height, max(width, height))[:height, :width])
+
+
+def _pillow_jpeg(pixels: np.ndarray, **options: Any) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", **options)
+    return buffer.getvalue()
+
+
+def pillow_prepare(transform: ImageTransform, data: bytes) -> np.ndarray:
+    """What prepare() gave before the simplejpeg path, written out with Pillow alone: the oracle."""
+    with Image.open(io.BytesIO(data)) as encoded:
+        if encoded.format == "JPEG":
+            encoded.draft(transform.pil_mode, transform._needed_size(encoded.width, encoded.height))
+        encoded.load()
+        img = encoded.convert(transform.pil_mode)
+    if transform.mode == "resize":
+        img = img.resize((transform.width, transform.height), Image.Resampling.BILINEAR)
+    else:
+        img = transform._fit(img)
+        if transform.mode == "center_crop":
+            top, left = (img.height - transform.height) // 2, (img.width - transform.width) // 2
+            img = img.crop((left, top, left + transform.width, top + transform.height))
+    pixels = np.asarray(img, dtype=np.uint8)
+    return pixels if pixels.ndim == 3 else pixels[:, :, None]
+
+
+PHOTO = _photo(256, 256)
+ODD = _photo(257, 131, seed=2)
+EXIF = Image.Exif()
+EXIF[0x0112] = 6  # orientation: rotated (neither decoder applies it)
+EXIF[0x010F] = "Camera"
+
+# Each decoded by simplejpeg, and each must equal Pillow's decode.
+SIMPLEJPEG_DECODES = {
+    "workload q90": encode_jpeg(PHOTO, 90),
+    "baseline 4:4:4 q97": _pillow_jpeg(PHOTO, quality=97, subsampling=0),
+    "baseline 4:2:2 q75": _pillow_jpeg(PHOTO, quality=75, subsampling=1),
+    "baseline 4:2:0 q90": _pillow_jpeg(PHOTO, quality=90, subsampling=2),
+    "progressive 4:2:0": _pillow_jpeg(PHOTO, quality=90, subsampling=2, progressive=True),
+    "progressive 4:4:4": _pillow_jpeg(PHOTO, quality=95, subsampling=0, progressive=True),
+    "optimized Huffman tables": _pillow_jpeg(PHOTO, quality=85, optimize=True),
+    "restart markers": _pillow_jpeg(PHOTO, quality=90, restart_marker_blocks=3),
+    "odd size 4:2:0": _pillow_jpeg(ODD, quality=90, subsampling=2),
+    "odd size 4:2:2 progressive": _pillow_jpeg(ODD, quality=90, subsampling=1, progressive=True),
+    "odd size 4:4:0": simplejpeg.encode_jpeg(ODD, quality=85, colorsubsampling="440"),
+    "odd size 4:1:1": simplejpeg.encode_jpeg(ODD, quality=85, colorsubsampling="411"),
+    "EXIF and ICC segments": _pillow_jpeg(PHOTO, quality=90, exif=EXIF.tobytes(), icc_profile=b"\0" * 600),
+    "grayscale": _pillow_jpeg(np.ascontiguousarray(ODD[:, :, 0]), quality=90),
+    "grayscale progressive": _pillow_jpeg(np.ascontiguousarray(PHOTO[:, :, 1]), quality=90, progressive=True),
+}
+TRANSFORMS = {
+    "random crop": ImageTransform(size=112),
+    "center crop": ImageTransform(size=[100, 120], mode="center_crop"),
+    "resize short side": ImageTransform(size=96, resize_short=128),
+    "resize": ImageTransform(size=[64, 80], mode="resize"),
+    "one channel": ImageTransform(size=112, channels=1),
+    "one channel, center crop": ImageTransform(size=96, channels=1, mode="center_crop"),
+}
+
+
+@pytest.mark.parametrize("data", SIMPLEJPEG_DECODES.values(), ids=SIMPLEJPEG_DECODES.keys())
+@pytest.mark.parametrize("channels", [3, 1])
+def test_simplejpeg_decodes_it_and_gives_pillows_pixels(data: bytes, channels: int) -> None:
+    transform = ImageTransform(size=64, channels=channels)
+    header = jpeg_decode.jpeg_size(data)
+    assert header is not None
+    pixels = jpeg_decode.decode(data, channels, header)
+    assert pixels is not None, "this JPEG should take the simplejpeg path"
+    expected = pillow_prepare(transform, data)
+    assert pixels.dtype == np.uint8 and pixels.shape == expected.shape
+    assert np.array_equal(pixels, expected)
+
+
+@pytest.mark.parametrize("transform", TRANSFORMS.values(), ids=TRANSFORMS.keys())
+@pytest.mark.parametrize("data", [SIMPLEJPEG_DECODES["odd size 4:2:0"], SIMPLEJPEG_DECODES["grayscale"]],
+                         ids=["color", "gray"])
+def test_prepare_equals_the_pillow_path_in_every_mode(transform: ImageTransform, data: bytes) -> None:
+    assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
+
+
+def test_the_workloads_images_are_identical() -> None:
+    transform = ImageTransform(size=224)
+    for index in range(20):
+        data = encode_jpeg(synthetic_image(0, index, 256), 90)
+        assert jpeg_decode.decode(data, 3, jpeg_decode.jpeg_size(data)) is not None  # type: ignore[arg-type]
+        assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
+
+
+def _cmyk() -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(PHOTO).convert("CMYK").save(buffer, format="JPEG", quality=90)
+    return buffer.getvalue()
+
+
+def _png() -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(PHOTO).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
+def test_cmyk_is_left_to_pillow() -> None:
+    data = _cmyk()
+    header = jpeg_decode.jpeg_size(data)
+    assert header is not None and header[2] == "CMYK"
+    assert jpeg_decode.decode(data, 3, header) is None
+    transform = ImageTransform(size=112)
+    assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
+
+
+def test_png_is_left_to_pillow() -> None:
+    data = _png()
+    assert jpeg_decode.jpeg_size(data) is None
+    transform = ImageTransform(size=112)
+    assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
+
+
+def test_a_decode_pillow_would_reduce_is_left_to_pillow(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 256-pixel image cropped to 100: Pillow decodes it at half size (draft), which simplejpeg must not
+    be asked to imitate."""
+    data = SIMPLEJPEG_DECODES["workload q90"]
+    transform = ImageTransform(size=100, mode="resize")
+    assert not transform._full_size(256, 256) and ImageTransform(size=224)._full_size(256, 256)
+    monkeypatch.setattr(jpeg_decode, "decode", _refuse)
+    assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
+
+
+def _refuse(*args: Any) -> None:
+    raise AssertionError("simplejpeg was asked to decode")
+
+
+def test_an_image_over_pillows_pixel_limit_is_left_to_pillow(monkeypatch: pytest.MonkeyPatch) -> None:
+    data = SIMPLEJPEG_DECODES["workload q90"]
+    monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 256 * 255)
+    assert jpeg_decode.decode(data, 3, jpeg_decode.jpeg_size(data)) is None  # type: ignore[arg-type]
+    with pytest.warns(Image.DecompressionBombWarning):  # Pillow's own warning, as before
+        ImageTransform(size=112).prepare({"image": data})
+
+
+@pytest.mark.parametrize("cut", [0.5, 0.9])
+def test_a_truncated_jpeg_raises_pillows_error(cut: float, monkeypatch: pytest.MonkeyPatch) -> None:
+    data = SIMPLEJPEG_DECODES["progressive 4:2:0"]
+    data = data[: int(len(data) * cut)]
+    transform = ImageTransform(size=112)
+    with pytest.raises(Exception) as fast:
+        transform.prepare({"image": data})
+    monkeypatch.setattr(jpeg_decode, "simplejpeg", None)  # the Pillow path alone
+    with pytest.raises(Exception) as pillow:
+        transform.prepare({"image": data})
+    assert type(fast.value) is type(pillow.value) is OSError
+    assert str(fast.value) == str(pillow.value)
+
+
+def test_without_simplejpeg_pillow_decodes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jpeg_decode, "simplejpeg", None)
+    data = SIMPLEJPEG_DECODES["workload q90"]
+    assert jpeg_decode.jpeg_size(data) is None
+    transform = ImageTransform(size=112)
+    assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
