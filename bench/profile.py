@@ -172,7 +172,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     work_dir.mkdir(parents=True, exist_ok=True)
 
     decoders = config.transport.decoders if transport else config.cores
-    with shardstream_service(decoders, work_dir) as service, \
+    # The decode path, every epoch: the prepared-sample cache (on by default) would skip it after the first.
+    with shardstream_service(decoders, work_dir, config={"prepared_cache": "false"}) as service, \
             tempfile.TemporaryDirectory(prefix="bench-profile-") as tmp:
         spec = ConsumerSpec("shardstream", dataset=str(workload),
                             address=f"127.0.0.1:{service.announced}", batch_size=config.batch_size,
