@@ -60,8 +60,9 @@ def test_decoders_drained_mid_epoch_lose_and_repeat_no_batch(local_ray: None, da
             got = []
             for step, batch in enumerate(loader):
                 got.append(batch["idx"].tolist())
-                if step == 10:
+                if step == 10:  # the rest of the epoch waits until the two are being drained
                     running.pool.set_wanted(1)
+                    _wait(lambda: running.pool.draining + running.pool.drained_actors == 2, "no drain began")
             assert got == oracle_batches(sum(ROWS), 1, 0, BATCH, True, 7, False, 2)
             assert loader.stats.decoders_drained == 2 and loader.stats.decoders_lost == 0
         _wait(lambda: running.pool.size == 1 and running.pool.draining == 0, "the drained decoders were not killed")
