@@ -307,6 +307,12 @@ class Runner:
             shutil.rmtree(memory, ignore_errors=True)
             shutil.rmtree(disk, ignore_errors=True)
 
+    def _warm_up(self, workload_dir: Path, address: str, job: str, label: str) -> dict[str, Any]:
+        """A short job that warms a fresh service (its first batch is the service's cold one)."""
+        warm = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-{job}")
+        warm.epochs, warm.warmup_batches, warm.max_batches = 1, 1, WARMUP_JOB_BATCHES
+        return self._consume(warm, label)
+
     def _cold_epoch(self, workload_dir: Path, address: str, job: str) -> ConsumerSpec:
         """A job's first epoch, every sample read and decoded (and kept in the prepared-sample cache,
         as the defaults do): measured after the batches the service's warm-up job already prepared."""
@@ -319,10 +325,7 @@ class Runner:
         main row), then on the network path."""
         with self._service(rep, "cold") as service:
             address = f"127.0.0.1:{service.announced}"
-            warm = self._workload_spec("shardstream", workload_dir, address,
-                                       f"bench-{self.run_id}-warmup{rep}")
-            warm.epochs, warm.warmup_batches, warm.max_batches = 1, 1, WARMUP_JOB_BATCHES
-            cold = self._consume(warm, f"shardstream-warmup-rep{rep}")
+            cold = self._warm_up(workload_dir, address, f"warmup{rep}", f"shardstream-warmup-rep{rep}")
             entry["runs"].append(self._measure(self._cold_epoch(
                 workload_dir, address, f"bench-{self.run_id}-rep{rep}"), f"shardstream-rep{rep}", service.pid))
         entry["service_rounds"].append({"start_s": service.start_s, "ttfb_cold_s": cold["ttfb_s"],
@@ -331,9 +334,7 @@ class Runner:
         # different hosts.
         with self._service(rep, "network") as service:
             address = f"127.0.0.1:{service.announced}"
-            warm = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-netwarmup{rep}")
-            warm.epochs, warm.warmup_batches, warm.max_batches = 1, 1, WARMUP_JOB_BATCHES
-            self._consume(warm, f"shardstream-network-warmup-rep{rep}")
+            self._warm_up(workload_dir, address, f"netwarmup{rep}", f"shardstream-network-warmup-rep{rep}")
             network = self._cold_epoch(workload_dir, address, f"bench-{self.run_id}-net{rep}")
             network.shared_memory = False
             entry["network_path"]["runs"].append(self._measure(network, f"shardstream-network-rep{rep}",

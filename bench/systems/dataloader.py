@@ -49,12 +49,18 @@ class ParquetJpegDataset(Dataset[dict[str, Any]]):
     def __len__(self) -> int:
         return len(self._labels)
 
+    def jpeg(self, index: int) -> bytes:
+        """Sample `index`'s encoded image."""
+        return bytes(self._data[self._offsets[index] : self._offsets[index + 1]])
+
+    def label(self, index: int) -> int:
+        return int(self._labels[index])
+
     def __getitem__(self, index: int) -> dict[str, Any]:
         if self._rng is None:
             self._rng = np.random.default_rng(torch.initial_seed() % 2**63)
-        jpeg = self._data[self._offsets[index] : self._offsets[index + 1]]
-        pixels = decode_crop_flip(bytes(jpeg), self.crop, self._rng)
-        return {"image": torch.from_numpy(pixels), "label": int(self._labels[index])}
+        pixels = decode_crop_flip(self.jpeg(index), self.crop, self._rng)
+        return {"image": torch.from_numpy(pixels), "label": self.label(index)}
 
 
 def loader_factory(spec: ConsumerSpec) -> LoaderFactory:

@@ -9,8 +9,8 @@ FFmpeg (``spdl.io.demux_image`` + ``decode_packets``, GIL released) in
 cores. The random crop and flip run in the decode's FFmpeg filter graph
 (``crop=...,hflip``), drawn per sample as the other systems draw them; the
 batch comes out as contiguous uint8 [B, 3, crop, crop] like theirs. The
-image and label columns are read into memory once, as the DataLoader's
-dataset does. Needs FFmpeg's shared libraries (5.1 to 7: Debian's
+image and label columns are read into memory once, by the DataLoader's own
+dataset class. Needs FFmpeg's shared libraries (5.1 to 7: Debian's
 libavcodec59 and friends); the run skips SPDL where they are missing.
 """
 
@@ -22,14 +22,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.parquet as pq
 import torch
 from PIL import Image
 
 from bench.meter import Batch, LoaderFactory
 from bench.spec import ConsumerSpec
-from bench.systems.dataloader import parquet_files_of
+from bench.systems.dataloader import ParquetJpegDataset, parquet_files_of
 from bench.systems.epochs import over_epochs
 
 SINK_BATCHES = 3  # the sink's buffer, as SPDL's examples size it
@@ -51,36 +49,20 @@ def spdl_available() -> str:
     return ""
 
 
-class JpegRows:
-    """The workload's JPEG bytes and labels, in memory."""
-
-    def __init__(self, directory: str) -> None:
-        table = pa.concat_tables(pq.read_table(path, columns=["image", "label"])
-                                 for path in parquet_files_of(directory))
-        self.images = table.column("image").combine_chunks()
-        self.labels = table.column("label").to_numpy()
-        with Image.open(io.BytesIO(self.jpeg(0))) as first:
-            self.width, self.height = first.size  # the workload's pictures are all one size
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    def jpeg(self, index: int) -> bytes:
-        return self.images[index].as_py()  # type: ignore[no-any-return]
-
-
 def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
     import spdl.io
     from spdl.pipeline import PipelineBuilder
 
-    rows = JpegRows(spec.dataset)
+    rows = ParquetJpegDataset(parquet_files_of(spec.dataset), spec.crop)  # the bytes and labels, in memory
     crop = spec.crop
+    with Image.open(io.BytesIO(rows.jpeg(0))) as first:
+        width, height = first.size  # the workload's pictures are all one size
 
     def decode(item: tuple[int, int, int, bool]) -> tuple[Any, int]:
         index, top, left, flip = item
         packets = spdl.io.demux_image(rows.jpeg(index))
         filters = f"crop=w={crop}:h={crop}:x={left}:y={top}" + (",hflip" if flip else "") + ",format=pix_fmts=rgb24"
-        return spdl.io.decode_packets(packets, filter_desc=filters), int(rows.labels[index])
+        return spdl.io.decode_packets(packets, filter_desc=filters), rows.label(index)
 
     def collate(items: list[tuple[Any, int]]) -> dict[str, torch.Tensor]:
         buffer = spdl.io.convert_frames([frames for frames, _ in items])  # [B, H, W, 3], one copy
@@ -91,8 +73,8 @@ def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
         rng = np.random.default_rng(epoch)
         order = rng.permutation(len(rows)) if spec.shuffle else np.arange(len(rows))
         for index in order:
-            top = int(rng.integers(0, rows.height - crop + 1))
-            left = int(rng.integers(0, rows.width - crop + 1))
+            top = int(rng.integers(0, height - crop + 1))
+            left = int(rng.integers(0, width - crop + 1))
             yield int(index), top, left, bool(rng.random() < 0.5)
 
     @contextlib.contextmanager
@@ -113,4 +95,4 @@ def loader_factory(spec: ConsumerSpec) -> LoaderFactory:
     return open_loader
 
 
-__all__ = ["JpegRows", "loader_factory", "spdl_available"]
+__all__ = ["loader_factory", "spdl_available"]

@@ -96,7 +96,7 @@ def test_the_job_lists_the_decoders_and_every_rank_gets_its_batches(direct: tupl
     assert job.counters.batches_served == 2 * WORLD * len(loader)
     assert job.counters.samples_served == 2 * N
     assert job.rank_positions() == {rank: 3 * len(loader) + len(loader) for rank in range(WORLD)}
-    reads = running.pool.reads_by_node().values()
+    reads = running.pool.nodes.reads_by_node().values()
     assert sum(r.storage_reads for r in reads) > 0 and sum(r.memory_hits for r in reads) > 0
 
 

@@ -202,7 +202,7 @@ class _StateCollector(Collector):
         verify = CounterMetricFamily("shardstream_cache_verify_seconds",
                                      "Time decode actors spent verifying cache entries' keys and checksums",
                                      labels=["node"])
-        for node, reads in sorted(self.pool.reads_by_node().items()):
+        for node, reads in sorted(self.pool.nodes.reads_by_node().items()):
             for cache in FAULT_CACHES:  # at 0 from the start, so rate() sees a cause's first fault
                 for cause in CAUSES:
                     faults.add_metric([node, cache, cause], reads.faults.get((cache, cause), 0))

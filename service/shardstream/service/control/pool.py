@@ -33,12 +33,11 @@ from ray.exceptions import RayActorError
 
 from shardstream.proto.errors import ServiceUnavailable
 from shardstream.service.config import ServeSettings
+from shardstream.service.control.node_ledger import NodeLedger
 from shardstream.service.identities import IdentityTable
 from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batching import DecodeJob
 from shardstream.service.node.decoder import DecodeWorker, ReadSettings
-from shardstream.service.node.prepared_cache import CacheSizing
-from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.tls import TlsFiles
 
 log = logging.getLogger(__name__)
@@ -102,8 +101,7 @@ class DecodePool:
         self._peers_shared: frozenset[tuple[str, str]] = frozenset()
         self._serving = serving or ServeSettings()  # each actor's batch server: ports, deadline, size
         self._tls = tls  # ... speaking TLS with these files, which must be on every decode node
-        self._reads: dict[str, ReadCounters] = {}  # node id -> what its actors' reads cost, all time
-        self._cache_sizing: dict[str, CacheSizing] = {}  # node id -> the prepared cache's bounds its newest actor chose
+        self.nodes = NodeLedger()  # each node's reads and prepared-cache bounds, from its actors
         self._slots: list[_Slot] = []
         self._job_refs: dict[str, Any] = {}
         self._job_opened: dict[str, list[Any]] = {}  # job id -> the actors' open_job calls
@@ -234,7 +232,7 @@ class DecodePool:
                 slot.state = SlotState.DEAD
                 return
             slot.opening = {}
-            self._note_cache_sizing(slot.node_id, sizing)
+            self.nodes.note_cache_sizing(slot.node_id, sizing)
         for job_id, ref in self._job_refs.items():
             if job_id not in slot.opening:
                 slot.opening[job_id] = slot.actor.open_job.remote([job_id, ref])
@@ -254,15 +252,6 @@ class DecodePool:
         slot.ready_at = time.monotonic()
         log.info("decode actor ready on node %s", slot.node_id[:12])
 
-    def _note_cache_sizing(self, node_id: str, sizing: CacheSizing) -> None:
-        """Log the bounds a node's prepared-sample cache got, once per node and change."""
-        with self._cond:
-            known, self._cache_sizing[node_id] = self._cache_sizing.get(node_id), sizing
-        if known != sizing:
-            log.info("prepared-sample cache on node %s: memory tier %.2f GB (%s); disk tier %.2f GB (%s)",
-                     node_id[:12], sizing.memory.bytes / 1e9, sizing.memory.reason, sizing.disk.bytes / 1e9,
-                     sizing.disk.reason)
-
     def _check_alive(self, slot: _Slot, interval_s: float) -> None:
         """Notice an actor that died while nothing was submitted to it: ranks fetching from its batch
         server directly see it fail, and the pool must replace it and stop listing it. The last
@@ -278,7 +267,7 @@ class DecodePool:
             except RayActorError:
                 self._bury(slot, "it stopped answering")
                 return
-            self._reads.setdefault(slot.node_id, ReadCounters()).add(report.reads)
+            self.nodes.add_reads(slot.node_id, report.reads)
             slot.decoded += sum(served.batches for served in report.served.values())
             slot.queued, slot.streaming = report.queued, report.streaming
             slot.reported_at = time.monotonic()
@@ -360,16 +349,6 @@ class DecodePool:
                     for job_id, here in slot.streaming.items():
                         ranks.setdefault(job_id, set()).update(here)
         return {job_id: len(r) for job_id, r in ranks.items()}
-
-    def reads_by_node(self) -> dict[str, ReadCounters]:
-        """Storage bytes read and cache hits and misses, summed per node over every actor it ran."""
-        with self._cond:
-            return {node: dataclasses.replace(reads) for node, reads in self._reads.items()}
-
-    def cache_sizing_by_node(self) -> dict[str, CacheSizing]:
-        """The prepared-sample cache's bounds on each node, as its newest actor chose them."""
-        with self._cond:
-            return dict(self._cache_sizing)
 
     def batch_addresses(self) -> list[str]:
         """host:port of every ready actor's batch server."""

@@ -154,7 +154,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             uptime_seconds=time.monotonic() - self.started,
             decoder_status=[pb.DecoderStatus(node_id=node, in_flight=n, decoded=done)
                             for node, n, done in self.pool.status()],
-            node_reads=_nodes_reads(self.pool.reads_by_node(), self.pool.cache_sizing_by_node()),
+            node_reads=_nodes_reads(self.pool.nodes.reads_by_node(), self.pool.nodes.cache_sizing_by_node()),
             scaling=_scaling_status(self.scaling, self.pool),
         )
 

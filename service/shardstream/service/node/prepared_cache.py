@@ -331,36 +331,29 @@ def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str
     """The node's cache, or None when both tiers are off or neither directory can be used (then
     every sample is prepared, as with the cache off), and the bounds chosen. A bound of None is
     sized from the node (cache_sizing.py); 0 is off."""
-    directories = {"memory": memory_dir or default_memory_directory(),
-                   "disk": disk_dir or default_disk_directory(local_copy_dir)}
-    bounds = {"memory": memory_bytes, "disk": disk_bytes}
+    wanted = {"memory": (memory_dir or default_memory_directory(), memory_bytes),
+              "disk": (disk_dir or default_disk_directory(local_copy_dir), disk_bytes)}
     tiers: dict[str, SampleTier] = {}
-    sizes = {name: given(bound) for name, bound in bounds.items() if bound is not None}
-    for name, directory in directories.items():
-        if bounds[name] == 0:
+    sizes: dict[str, TierSize] = {}
+    for name, (directory, bound) in wanted.items():
+        sizes[name] = given(bound) if bound is not None else TierSize(0, "off")
+        if bound == 0:
             continue
         try:
-            tiers[name] = SampleTier(name, directory, bounds[name] or 0)
+            tiers[name] = SampleTier(name, directory, bound or 0)
         except OSError as exc:
             sizes[name] = TierSize(0, f"off: cannot use {directory} ({exc})")
             log.error("cannot keep prepared samples in %s (%s): the %s tier is off; make the directory writable "
                       "for this user or set prepared_cache_%s_dir", directory, exc, name, name)
-    auto = [name for name, bound in bounds.items() if bound is None and name in tiers]
-    if auto:
-        facts = measure_node(directories["memory"], tiers["memory"].stored_bytes if "memory" in tiers else 0,
-                             directories["disk"], tiers["disk"].stored_bytes if "disk" in tiers else 0, node_id)
-        for name in auto:
-            sizes[name] = size_memory_tier(facts) if name == "memory" else size_disk_tier(facts)
-            tiers[name].max_bytes = sizes[name].bytes
-    for name in list(tiers):
-        if tiers[name].max_bytes <= 0:
-            del tiers[name]
-    sizing = CacheSizing(sizes.get("memory", TierSize(0, "off")), sizes.get("disk", TierSize(0, "off")))
-    log.info("prepared-sample cache: memory tier %d bytes in %s (%s); disk tier %d bytes in %s (%s)",
-             sizing.memory.bytes, directories["memory"], sizing.memory.reason,
-             sizing.disk.bytes, directories["disk"], sizing.disk.reason)
-    tiers_in_order = [tiers[name] for name in ("memory", "disk") if name in tiers]
-    return (PreparedCache(tiers_in_order, counters, peers) if tiers_in_order else None), sizing
+    if any(bound is None and name in tiers for name, (_, bound) in wanted.items()):
+        held = {name: tier.stored_bytes for name, tier in tiers.items()}
+        facts = measure_node(wanted["memory"][0], held.get("memory", 0), wanted["disk"][0], held.get("disk", 0),
+                             node_id)
+        for name, sized in (("memory", size_memory_tier(facts)), ("disk", size_disk_tier(facts))):
+            if wanted[name][1] is None and name in tiers:
+                sizes[name], tiers[name].max_bytes = sized, sized.bytes
+    kept = [tier for tier in tiers.values() if tier.max_bytes > 0]  # memory first, as `wanted` is
+    return (PreparedCache(kept, counters, peers) if kept else None), CacheSizing(sizes["memory"], sizes["disk"])
 
 
 __all__ = ["CacheSizing", "JobSamples", "PreparedCache", "open_prepared_cache", "prepare_identity"]
