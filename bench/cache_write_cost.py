@@ -5,8 +5,9 @@ prepared-sample cache's write budget (service/.../node/write_budget.py).
 
 Per sample, in CPU seconds of this process (the kernel's copying and page allocation included):
 Pillow decoding one of the benchmark's JPEGs (256 x 256, quality 90), encoding the prepared entry
-(key, header, CRC32C), and storing it as a file in a tier on a tmpfs (/dev/shm) and on a disk
-(--disk-dir, by default the system's temporary directory). Best of `--rounds` rounds.
+(key, header, CRC32C), allocating its share of a tier's chunk (service/.../node/tier_chunks.py),
+writing it into the allocated chunk and reading it back verified, in a tier on a tmpfs (/dev/shm) and on a disk (--disk-dir, by default the system's
+temporary directory). Best of `--rounds` rounds.
 """
 
 from __future__ import annotations
@@ -24,8 +25,10 @@ from PIL import Image
 from bench.report import markdown_table
 from bench.workload import encode_jpeg, synthetic_image
 from shardstream.proto.slots import SHARED_MEMORY_DIR
-from shardstream.service.node.prepared_entry import SampleKey, encode_entry
+from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry
 from shardstream.service.node.prepared_tier import SampleTier
+from shardstream.service.node.sample_index import ENTRY_ALIGN
+from shardstream.service.node.tier_chunks import CHUNK_BYTES, allocate
 
 
 def _decode(jpeg: bytes) -> np.ndarray:
@@ -41,7 +44,6 @@ def _per_sample(work: Callable[[int], object], count: int) -> float:
 
 
 def _round(name: str, jpegs: list[bytes], pictures: list[np.ndarray], memory: str, disk: str) -> dict[str, float]:
-    tiers = {"memory": SampleTier("memory", memory, 1 << 40), "disk": SampleTier("disk", disk, 1 << 40)}
     keys = [SampleKey("bench", name, i) for i in range(len(jpegs))]
     entries: list[list[bytes | memoryview]] = []
 
@@ -52,9 +54,19 @@ def _round(name: str, jpegs: list[bytes], pictures: list[np.ndarray], memory: st
 
     figures = {"decode (Pillow)": _per_sample(lambda i: _decode(jpegs[i]), len(jpegs)),
                "encode entry": _per_sample(encode, len(jpegs))}
-    for tier_name, tier in tiers.items():
+    size = sum(len(p) for p in entries[0])
+    for tier_name, directory in (("memory", memory), ("disk", disk)):
+        chunk = CHUNK_BYTES
+        chunks = -(-len(jpegs) // (chunk // (size + -size % ENTRY_ALIGN)))
+        tier = SampleTier(tier_name, directory, chunks * chunk, chunk_bytes=chunk)
+        started = time.process_time()
+        allocate(str(tier.root), chunks, chunk)
+        figures[f"allocate in {tier_name} tier"] = (time.process_time() - started) / len(jpegs)
         figures[f"write to {tier_name} tier"] = _per_sample(
-            lambda i, t=tier: t.store(keys[i].folder, i, entries[i], sum(len(p) for p in entries[i])), len(jpegs))
+            lambda i, t=tier: t.store(keys[i].folder, i, entries[i], size), len(jpegs))
+        figures[f"read + verify, {tier_name} tier"] = _per_sample(
+            lambda i, t=tier: decode_entry(t.load_file(keys[i].folder, i)[0], keys[i]), len(jpegs))  # type: ignore[index]
+        tier.close()
     return figures
 
 

@@ -19,6 +19,9 @@ from shardstream.client import RemoteLoader
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
+from shardstream.service.node.prepared_tier import SampleTier
+from shardstream.service.node.sample_index import slot_of
+from tests.cache_tiers import overwrite, stored_entry
 from tests.datasets import write_images
 from tests.integration.test_local_copy import _reads
 from tests.integration.test_metrics import scrape
@@ -123,37 +126,28 @@ def _faults(port: int) -> dict[tuple[str, str], float]:
     return totals
 
 
-def _retype(path: Path) -> None:
-    """Edit the stored header's image dtype to another of the same size (uint8 -> int8)."""
-    data = path.read_bytes()
-    assert data.count(b'"|u1"') == 1
-    path.write_bytes(data.replace(b'"|u1"', b'"|i1"'))
-
-
-def test_a_damaged_disk_tier_is_read_again_never_served(
+def test_a_damaged_tier_is_read_again_never_served(
         cached: tuple[Service, str, Path], uncached: tuple[Service, str], tmp_path: Path) -> None:
-    """After a warm epoch, the samples moved to the disk tier (as when the memory tier is full) and
-    damaged there four ways: the next epochs are the bytes of a service with the cache off, each damaged entry is
-    one fault of its cause, and the epoch takes no longer than a cold one (no retries)."""
+    """After a warm epoch, entries damaged in place four ways (a flipped bit, another sample's entry
+    over one, an edited header, an index slot pointing at a chunk that is not there): the next epochs
+    are the bytes of a service with the cache off, each damaged entry is one fault of its cause, and
+    the epoch takes no longer than a cold one (no retries)."""
     running, address, cache_dir = cached
     assert running.metrics_port
     data = str(tmp_path / "data")
     write_images(data, [9, 8])
-    disk, memory = cache_dir / "disk", cache_dir / "memory"
-    before = {p.name for p in memory.iterdir()}
+    memory = SampleTier("memory", str(cache_dir / "memory"), 0)  # this process's view of the service's tier
+    before = memory.held()
     _epoch(address, data, "damaged-fill", 0)
-    for folder in {p.name for p in memory.iterdir()} - before:
-        shutil.move(memory / folder, disk / folder)
-    entries = sorted(p for p in disk.glob("*/*") if p.parent.name not in before and not p.name.endswith(".tmp"))
-    assert len(entries) == N
-    flipped, source, overwritten, retyped, replaced = entries[:5]
-    data_bytes = bytearray(flipped.read_bytes())
-    data_bytes[-20] ^= 0x01  # one bit of the picture
-    flipped.write_bytes(data_bytes)
-    shutil.copyfile(source, overwritten)  # one sample's file over another's
-    _retype(retyped)
-    replaced.unlink()
-    replaced.mkdir()  # a directory where the file was
+    entries = sorted(settled(lambda: memory.held() - before if len(memory.held() - before) == N else None))
+    flipped, source, overwritten, retyped, lost = entries[:5]
+    path, offset, entry = stored_entry(memory, *flipped)
+    overwrite(path, offset + len(entry) - 20, bytes([entry[-20] ^ 0x01]))  # one bit of the picture
+    overwrite(*stored_entry(memory, *overwritten)[:2], stored_entry(memory, *source)[2])
+    path, offset, entry = stored_entry(memory, *retyped)
+    assert entry.count(b'"|u1"') == 1
+    overwrite(path, offset, entry.replace(b'"|u1"', b'"|i1"'))  # the image's dtype, uint8 -> int8
+    memory.index.set(*lost, slot_of(10**6, 0))  # a chunk that does not exist
     faults = _faults(running.metrics_port)
     started = time.monotonic()
     damaged_epoch = _epoch(address, data, "damaged-fill", 1, reconnect_timeout=30)
@@ -161,10 +155,12 @@ def test_a_damaged_disk_tier_is_read_again_never_served(
     assert damaged_epoch == _epoch(uncached[1], data, "damaged-off", 1)
     after = _faults(running.metrics_port)
     rose = {key: after[key] - faults.get(key, 0) for key in after if after[key] != faults.get(key, 0)}
-    assert rose == {("disk", "checksum"): 2, ("disk", "key"): 1, ("disk", "io_error"): 1}
+    assert rose == {("memory", "checksum"): 2, ("memory", "key"): 1, ("memory", "io_error"): 1}
     assert elapsed < 20, f"the damaged epoch took {elapsed:.1f} s"
-    # dropped, prepared again and stored sound, in the first tier with room
-    assert not replaced.exists() and (memory / replaced.parent.name / replaced.name).is_file()
+    # forgotten, prepared again and stored sound
+    assert settled(lambda: memory.locate(*lost) if memory.locate(*lost) and memory.locate(*lost)[0].find(  # type: ignore[index]
+        str(10**6)) < 0 else None)
     # The next epoch finds sound entries everywhere: the same bytes, no fault.
     assert _epoch(address, data, "damaged-fill", 2) == _epoch(uncached[1], data, "damaged-off", 2)
     assert _faults(running.metrics_port) == after
+    memory.close()

@@ -20,6 +20,7 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
+from shardstream.service.node.prepared_tier import SampleTier
 from tests.cluster import decode_cluster
 from tests.datasets import write_images
 from tests.settle import settled
@@ -66,10 +67,9 @@ def _reads(address: str) -> pb.NodeReads:
     return settled(read)
 
 
-def _held(temps: list[Path]) -> list[set[tuple[str, str]]]:
-    """Each node's prepared samples on disk, as (dataset folder, row)."""
-    return [{(f.parent.name, f.name) for f in (t / "shardstream-local-copy" / "prepared-samples").glob("*/*") if not f.name.endswith(".tmp")}
-            for t in temps]
+def _held(temps: list[Path]) -> list[set[tuple[str, int]]]:
+    """Each node's prepared samples on disk, as (shard folder, row)."""
+    return [SampleTier("disk", str(t / "shardstream-local-copy" / "prepared-samples"), 0).held() for t in temps]
 
 
 @pytest.mark.slow

@@ -34,6 +34,7 @@ from shardstream.service.node.read_counters import ReadCounters, SharedReadCount
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.transforms import build_transform
+from tests.cache_tiers import chunked_tier, overwrite, stored_entry
 from tests.datasets import memory_reader, write_images, write_indexed
 
 KEY = SampleKey("prepare", "file:///data/part-0.parquet\x00100\x00v1", 3)
@@ -95,7 +96,7 @@ def test_an_entry_of_another_key_is_refused() -> None:
 
 # ---------------------------------------------------------------- a tier read through the cache
 
-def _damage(path: Path, how: str, other: Path) -> None:
+def _damage_file(path: Path, how: str, other: Path) -> None:
     if how == "flip":
         data = bytearray(path.read_bytes())
         data[-3] ^= 0xFF
@@ -113,22 +114,40 @@ def _damage(path: Path, how: str, other: Path) -> None:
         raise AssertionError(how)
 
 
+def _damage_entry(tier: SampleTier, key: SampleKey, how: str, other: SampleKey) -> None:
+    """Damage the entry of `key` where the tier stores it (the entry of `other` is stored after it)."""
+    path, offset, entry = stored_entry(tier, key.folder, key.row)
+    if how == "flip":
+        overwrite(path, offset + len(entry) - 3, bytes([entry[-3] ^ 0xFF]))
+    elif how == "copy":  # another sample's entry over this one's
+        overwrite(path, offset, stored_entry(tier, other.folder, other.row)[2])
+    elif how == "retype":
+        overwrite(path, offset, bytes(_retyped(bytearray(entry), "|u1", "|i1")))
+    elif how == "truncate":
+        os.truncate(path, offset + len(entry) - 100)
+    elif how == "directory":  # a directory where the chunk was
+        os.unlink(path)
+        os.makedirs(os.path.join(path, "inside"))
+    else:
+        raise AssertionError(how)
+
+
 @pytest.mark.parametrize(("how", "cause"), [("flip", "checksum"), ("copy", "key"), ("retype", "checksum"),
                                             ("truncate", "short_read"), ("directory", "io_error")])
 def test_a_damaged_stored_sample_is_a_miss_counted_and_dropped(tmp_path: Path, how: str, cause: str) -> None:
     index = _index(tmp_path / "data")
     counters = SharedReadCounters()
-    tier = SampleTier("disk", str(tmp_path / "tier"), 1 << 24)
+    tier = chunked_tier("disk", tmp_path / "tier")
     samples = PreparedCache([tier], counters).for_job(index, "prepare")
     for i in (0, 1):
         samples.put(i, {"image": np.full((8, 8, 3), i, np.uint8), "label": i})
-    path, other = (Path(tier.path(samples._key(i).folder, i)) for i in (0, 1))
+    key, other = samples._key(0), samples._key(1)
     counters.take_delta()
-    _damage(path, how, other)
+    _damage_entry(tier, key, how, other)
     assert samples.get(0) is None  # a miss: prepared again from storage
     delta = counters.take_delta()
     assert delta.faults == {("disk", cause): 1} and delta.prepared_misses == 1
-    assert not path.exists()  # dropped (a directory too)
+    assert tier.locate(key.folder, key.row) is None  # dropped
     samples.put(0, {"image": np.full((8, 8, 3), 0, np.uint8), "label": 0})
     again = samples.get(0)
     assert again is not None and again["label"] == 0 and int(again["image"].max()) == 0
@@ -183,9 +202,9 @@ def test_a_sample_from_its_home_that_fails_verification_is_prepared_here(tmp_pat
     transform = build_transform("image", IMAGE_ARGS, ())
     identity = prepare_identity("image", IMAGE_ARGS, [], transform)
     counters = SharedReadCounters()
-    caches: dict[str, PreparedCache] = {"a": PreparedCache([SampleTier("disk", str(tmp_path / "a"), 1 << 24)],
+    caches: dict[str, PreparedCache] = {"a": PreparedCache([chunked_tier("disk", tmp_path / "a")],
                                                            SharedReadCounters())}
-    caches["b"] = PreparedCache([SampleTier("disk", str(tmp_path / "b"), 1 << 24)], counters,
+    caches["b"] = PreparedCache([chunked_tier("disk", tmp_path / "b")], counters,
                                 _TamperingPeers(caches, tamper))
     indices = np.arange(index.num_rows, dtype=np.int64)
     # Node a holds every sample (a's cache knows no peers, so it keeps all it prepares).
@@ -207,15 +226,16 @@ def test_a_sample_from_its_home_that_fails_verification_is_prepared_here(tmp_pat
 
 def test_a_home_keeps_no_damaged_gift_and_sends_no_damaged_file(tmp_path: Path) -> None:
     counters = SharedReadCounters()
-    tier = SampleTier("disk", str(tmp_path / "a"), 1 << 24)
+    tier = chunked_tier("disk", tmp_path / "a")
     cache = PreparedCache([tier], counters)
     good = bytes(_entry())
     damaged = good[:-1] + bytes([good[-1] ^ 1])
     cache.keep_files([(KEY.folder, KEY.row, damaged), (KEY.folder, 9, good)])  # the second: not row 9's
-    assert not os.path.exists(tier.path(KEY.folder, KEY.row)) and not os.path.exists(tier.path(KEY.folder, 9))
+    assert tier.locate(KEY.folder, KEY.row) is None and tier.locate(KEY.folder, 9) is None
     assert counters.take_delta().faults == {("peer", "checksum"): 1, ("peer", "key"): 1}
     cache.keep_files([(KEY.folder, KEY.row, good)])
-    Path(tier.path(KEY.folder, KEY.row)).write_bytes(damaged)
+    path, offset, _ = stored_entry(tier, KEY.folder, KEY.row)
+    overwrite(path, offset, damaged)
     assert cache.read_files([(KEY.folder, KEY.row)]) == [None]
     assert counters.take_delta().faults == {("disk", "checksum"): 1}
 
@@ -258,7 +278,7 @@ def test_a_damaged_row_group_in_the_copy_is_a_miss_fetched_again(rows: DatasetIn
             edited = json.dumps({"key": [header["key"][0], 7 - header["key"][1], header["key"][2]]}).encode()
             path.write_bytes(data[:24] + edited.ljust(length) + data[24 + length:])
         else:
-            _damage(path, how, files[(files.index(path) + 1) % len(files)])
+            _damage_file(path, how, files[(files.index(path) + 1) % len(files)])
     counters = SharedReadCounters()
     assert _reader(rows, tmp_path / "copy", counters).read(everything).equals(expected)
     delta = counters.take_delta()

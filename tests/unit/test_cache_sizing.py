@@ -99,4 +99,4 @@ def test_given_bounds_are_used_as_given_and_unset_ones_are_sized_on_the_node(tmp
 def test_the_disk_tier_lives_in_the_local_copy_directory_by_default(tmp_path: Path) -> None:
     cache, _ = open_prepared_cache(str(tmp_path / "mem"), 0, "", 1 << 20, SharedReadCounters(),
                                    local_copy_dir=str(tmp_path / "copy"))
-    assert cache is not None and cache.tiers[0].root == tmp_path / "copy" / "prepared-samples"
+    assert cache is not None and cache.tiers[0].root.parent == tmp_path / "copy" / "prepared-samples"

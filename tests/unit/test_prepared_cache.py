@@ -1,4 +1,4 @@
-"""The prepared-sample cache: one sample as a file, a tier's bound, keys, and batches bit-identical with it."""
+"""The prepared-sample cache: one sample as an entry, a tier's chunks and bound, keys, and batches bit-identical with it."""
 
 from __future__ import annotations
 
@@ -21,8 +21,11 @@ from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
-from shardstream.service.node.write_budget import WriteBudget
+from shardstream.service.node.sample_index import ENTRY_ALIGN
+from shardstream.service.node.tier_chunks import Survey, allocate, chunk_size_for, survey
+from shardstream.service.node.write_budget import MAX_SHARE, MIN_SHARE, WriteBudget, share_for
 from shardstream.service.transforms import build_transform
+from tests.cache_tiers import CHUNK, chunked_tier
 from tests.datasets import memory_reader, write_images
 
 IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
@@ -69,23 +72,52 @@ def _parts(n: int) -> tuple[list[Any], int]:
 
 
 def test_a_full_tier_admits_nothing_more_and_keeps_what_it_holds(tmp_path: Path) -> None:
-    parts, size = _parts(1000)
-    tier = SampleTier("memory", str(tmp_path), max_bytes=size * 5)
-    stored = [tier.store("d", row, parts, size) for row in range(8)]
-    assert stored[:5] == [True] * 5 and not any(stored[5:])  # the bound holds 5
-    assert all(tier.load_file("d", row) is not None for row in range(5))
-    assert tier.stored_bytes <= tier.max_bytes
+    parts, size = _parts(3000)
+    slot = size + -size % ENTRY_ALIGN
+    tier = SampleTier("memory", str(tmp_path), max_bytes=slot * 6, chunk_bytes=slot * 2)  # three chunks of two
+    stored = [tier.store("d/s", row, parts, size) for row in range(8)]
+    assert stored == [True] * 6 + [False] * 2
+    assert all(tier.load_file("d/s", row) is not None for row in range(6))
+    assert tier.stored_bytes == tier.allocated_bytes == tier.max_bytes
 
 
 def test_a_full_tier_makes_room_by_removing_datasets_unused_for_long(tmp_path: Path) -> None:
-    parts, size = _parts(1000)
-    tier = SampleTier("disk", str(tmp_path), max_bytes=size * 5)
-    for row in range(5):
-        assert tier.store("old", row, parts, size)
+    parts, size = _parts(3000)
+    slot = size + -size % ENTRY_ALIGN
+    tier = SampleTier("disk", str(tmp_path), max_bytes=slot * 2, chunk_bytes=slot * 2)
+    for row in range(2):
+        assert tier.store("old/s", row, parts, size) is True
+    assert tier.store("recent/s", 0, parts, size) is False  # "old" was used just now
+    tier._full_until = 0.0  # (a full tier is not looked at again for FULL_RETRY_S)
     long_ago = time.time() - 2 * 3600
-    os.utime(tmp_path / "old", (long_ago, long_ago))
-    assert tier.store("new", 0, parts, size)
-    assert not (tmp_path / "old").exists() and tier.load_file("new", 0) is not None
+    os.utime(tier.root / "old", (long_ago, long_ago))
+    assert tier.store("new/s", 0, parts, size) is True  # old's chunk given back, and claimed
+    assert not (tier.root / "old").exists() and tier.load_file("new/s", 0) is not None
+    assert tier.load_file("old/s", 0) is None and tier.allocated_bytes == tier.max_bytes
+
+
+def test_chunks_given_back_are_claimed_again_before_any_is_allocated(tmp_path: Path) -> None:
+    bound = 6 * CHUNK
+    tier = SampleTier("memory", str(tmp_path), max_bytes=bound, chunk_bytes=CHUNK)
+    allocate(str(tier.root), 2, CHUNK)  # as a dataset removed leaves them
+    assert survey(str(tier.root)) == Survey(free_bytes=2 * CHUNK, claimed_bytes=0)
+    parts, size = _parts(1000)
+    assert tier.store("d/s", 0, parts, size) is True  # a free chunk claimed: nothing allocated
+    assert survey(str(tier.root)) == Survey(free_bytes=CHUNK, claimed_bytes=CHUNK)
+    tier.close()
+
+
+def test_a_small_tier_has_small_chunks() -> None:
+    assert chunk_size_for(64 << 30) == 32 << 20 and chunk_size_for(64 << 20) == 4 << 20
+    assert chunk_size_for(1 << 20) == 1 << 20
+
+
+def test_a_write_finding_no_chunk_free_allocates_one(tmp_path: Path) -> None:
+    parts, size = _parts(1000)
+    tier = SampleTier("memory", str(tmp_path), max_bytes=4 * CHUNK, chunk_bytes=CHUNK)
+    assert tier.store("d/s", 0, parts, size) is True
+    assert survey(str(tier.root)) == Survey(free_bytes=0, claimed_bytes=CHUNK)
+    assert tier.load_file("d/s", 0) is not None
 
 
 def _index(directory: Path, shard_rows: tuple[int, ...] = (5, 4)) -> DatasetIndex:
@@ -95,7 +127,7 @@ def _index(directory: Path, shard_rows: tuple[int, ...] = (5, 4)) -> DatasetInde
 
 def test_a_rewritten_shard_is_a_different_key(tmp_path: Path) -> None:
     counters = SharedReadCounters()
-    cache = PreparedCache([SampleTier("memory", str(tmp_path / "m"), 1 << 20)], counters)
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters)
     index = _index(tmp_path / "data")
     samples = cache.for_job(index, "identity")
     samples.put(6, {"x": np.arange(3)})
@@ -139,7 +171,7 @@ def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Pa
                     allowed_transform_modules=(), seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
     counters = SharedReadCounters()
-    tiers = [SampleTier("memory", str(tmp_path / "m"), 1 << 24), SampleTier("disk", str(tmp_path / "d"), 1 << 24)]
+    tiers = [chunked_tier("memory", tmp_path / "m"), chunked_tier("disk", tmp_path / "d")]
     samples = PreparedCache(tiers, counters).for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
     indices = np.array([8, 1, 4, 0, 6], dtype=np.int64)
     for epoch in (0, 1):
@@ -154,9 +186,9 @@ def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Pa
     assert (delta.prepared_misses, delta.prepared_memory_hits) == (5, 5)
     assert tiers[1].stored_bytes == 0  # each sample written once: the memory tier had room for all
     # A memory tier with room for two: the others go to the disk tier, and both serve the same bytes.
-    entry = tiers[0].stored_bytes // len(indices)
-    small = [SampleTier("memory", str(tmp_path / "m2"), int(entry * 2.5)),
-             SampleTier("disk", str(tmp_path / "d2"), 1 << 24)]
+    second = samples._key(int(indices[1]))
+    entry = tiers[0].locate(second.folder, second.row)[1]  # type: ignore[index]  # the first is at 0
+    small = [chunked_tier("memory", tmp_path / "m2", 2 * entry, chunk_bytes=2 * entry), chunked_tier("disk", tmp_path / "d2")]
     spilled = PreparedCache(small, counters).for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
     decode_batch(job, memory_reader(index), transform, 0, indices, prepared_samples=spilled)
     again = decode_batch(job, _CountingReader(memory_reader(index)), transform, 1, indices,  # type: ignore[arg-type]
@@ -175,9 +207,9 @@ def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Pa
     transform = build_transform("image", IMAGE_ARGS, ())
     now = [0.0]
     counters = SharedReadCounters()
-    budget = WriteBudget(share=0.1, burst_s=0.2, clock=lambda: now[0])
-    budget.spent(0.2)  # spent, as by an epoch's writes just before
-    cache = PreparedCache([SampleTier("memory", str(tmp_path / "m"), 1 << 24)], counters, budget=budget)
+    budget = WriteBudget(bank_s=4.0, clock=lambda: now[0])
+    budget.spent(0.2)  # 0.2 s of writes at the cold share (5%): 4 s of time passing, as just before
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters, budget=budget)
     samples = cache.for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
     indices = np.array([3, 7], dtype=np.int64)
     plain = decode_batch(job, memory_reader(index), transform, 0, indices)
@@ -185,7 +217,7 @@ def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Pa
     np.testing.assert_array_equal(spent.arrays["image"], plain.arrays["image"])
     delta = counters.take_delta()
     assert (delta.prepared_misses, delta.prepared_deferred, cache.tiers[0].stored_bytes) == (2, 2, 0)
-    now[0] += 1.0  # a second later: 0.1 s of writing to spend
+    now[0] += 1.0  # a second later: 0.05 s of writing to spend
     decode_batch(job, memory_reader(index), transform, 1, indices, prepared_samples=samples)
     delta = counters.take_delta()
     assert (delta.prepared_misses, delta.prepared_deferred) == (2, 0) and cache.tiers[0].stored_bytes > 0
@@ -195,19 +227,44 @@ def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Pa
 
 def test_the_write_budget_grows_with_the_clock_and_banks_at_most_a_burst() -> None:
     now = [100.0]
-    budget = WriteBudget(share=0.1, burst_s=0.5, clock=lambda: now[0])
-    assert budget.allows()  # starts with a burst's worth
-    budget.spent(0.6)
-    assert not budget.allows()  # 0.1 s in debt
+    budget = WriteBudget(bank_s=10.0, clock=lambda: now[0])
+    assert budget.allows()  # starts with a bank's worth: 10 s of time, 0.5 s of cold writes
+    budget.spent(0.55)  # at the cold share: 11 s of time
+    assert not budget.allows()  # a second in debt
     now[0] += 0.5
-    assert not budget.allows()  # 0.05 s back: still 0.05 s in debt
+    assert not budget.allows()
     now[0] += 1.0
     assert budget.allows()
-    now[0] += 3600.0  # an idle hour banks half a second, not 360 s
+    now[0] += 3600.0  # an idle hour banks 10 s, not 3600 s
     budget.spent(0.5)
     assert not budget.allows()
     with pytest.raises(ValueError):
-        WriteBudget(share=0)
+        WriteBudget(bank_s=0)
+
+
+def test_a_job_the_cache_serves_may_spend_more_of_the_time_on_writes() -> None:
+    assert share_for(0.0) == MIN_SHARE and share_for(0.25) == share_for(1.0) == MAX_SHARE
+    assert share_for(0.125) == pytest.approx((MIN_SHARE + MAX_SHARE) / 2)
+    now = [0.0]
+    cold, warm = WriteBudget(bank_s=1.0, clock=lambda: now[0]), WriteBudget(bank_s=1.0, clock=lambda: now[0])
+    cold.spent(0.1, hit_rate=0.0)  # 2 s of time at 5%
+    warm.spent(0.1, hit_rate=1.0)  # 0.2 s at 50%
+    now[0] += 0.5
+    assert warm.allows() and not cold.allows()
+
+
+def test_a_jobs_hit_rate_follows_its_recent_lookups(tmp_path: Path) -> None:
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], SharedReadCounters())
+    samples = cache.for_job(_index(tmp_path / "data"), "identity")
+    for i in range(4):
+        samples.put(i, {"x": np.arange(3)})
+    assert samples.hit_rate == 0.0
+    for _ in range(30):
+        samples.get_many([0, 1, 2, 3, 4, 5, 6, 7])  # half of them held
+    assert samples.hit_rate == pytest.approx(0.5, abs=0.03)
+    other = cache.for_job(_index(tmp_path / "data"), "another prepare")
+    other.get_many([0, 1])
+    assert other.hit_rate == 0.0  # a job's own, not the actor's
 
 
 class _DirectPeers(PreparedPeers):
@@ -239,14 +296,14 @@ def test_a_node_finds_the_samples_it_lacks_at_their_home_and_keeps_only_its_own(
     counters = {node: SharedReadCounters() for node in "ab"}
     caches: dict[str, PreparedCache] = {}
     for node in "ab":
-        caches[node] = PreparedCache([SampleTier("disk", str(tmp_path / node), 1 << 24)], counters[node],
+        caches[node] = PreparedCache([chunked_tier("disk", tmp_path / node)], counters[node],
                                      _DirectPeers(node, caches))
     indices = np.arange(index.num_rows, dtype=np.int64)
     plain = decode_batch(job, memory_reader(index), transform, 0, indices)
     made = decode_batch(job, memory_reader(index), transform, 0, indices,
                         prepared_samples=caches["a"].for_job(index, identity))
     np.testing.assert_array_equal(made.arrays["image"], plain.arrays["image"])
-    held = {node: {(p.parent.name, p.name) for p in (tmp_path / node).glob("*/*")} for node in "ab"}
+    held = {node: caches[node].tiers[0].held() for node in "ab"}
     assert held["a"] and held["b"] and not held["a"] & held["b"]  # each keeps its own, given by a
     assert len(held["a"] | held["b"]) == index.num_rows
     reader = _CountingReader(memory_reader(index))
@@ -267,9 +324,9 @@ def test_a_home_that_does_not_answer_costs_a_prepare_here_not_the_batch(tmp_path
     transform = build_transform("image", IMAGE_ARGS, ())
     caches: dict[str, PreparedCache] = {}
     counters = SharedReadCounters()
-    caches["a"] = PreparedCache([SampleTier("disk", str(tmp_path / "a"), 1 << 24)], counters,
+    caches["a"] = PreparedCache([chunked_tier("disk", tmp_path / "a")], counters,
                                 _DirectPeers("a", caches, reachable=False))
-    caches["b"] = PreparedCache([SampleTier("disk", str(tmp_path / "b"), 1 << 24)], SharedReadCounters())
+    caches["b"] = PreparedCache([chunked_tier("disk", tmp_path / "b")], SharedReadCounters())
     indices = np.arange(index.num_rows, dtype=np.int64)
     samples = caches["a"].for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
     for epoch in (0, 1):
@@ -283,7 +340,7 @@ def test_a_home_that_does_not_answer_costs_a_prepare_here_not_the_batch(tmp_path
 def test_a_job_keeps_no_more_than_its_limit_and_others_still_keep_theirs(tmp_path: Path) -> None:
     """job_max_cache_bytes: one job's samples beyond its bytes are prepared but not kept, so it
     cannot evict every other job's."""
-    cache = PreparedCache([SampleTier("memory", str(tmp_path / "m"), 1 << 20)], SharedReadCounters())
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], SharedReadCounters())
     index = _index(tmp_path / "data")
     sample = {"x": np.arange(1000, dtype=np.int64)}  # about 8,000 bytes each, with its key and header
     big = cache.for_job(index, "big job", max_bytes=20000)

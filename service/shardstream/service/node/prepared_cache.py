@@ -36,6 +36,7 @@ dropped, prepared again, counted and logged (cache_fault.py).
 
 from __future__ import annotations
 
+import bisect
 import collections
 import hashlib
 import importlib
@@ -49,8 +50,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
-
-import numpy as np
 
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
@@ -75,6 +74,8 @@ from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.write_budget import WriteBudget
 
 log = logging.getLogger(__name__)
+
+HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
 
 
 def default_memory_directory() -> str:
@@ -121,16 +122,18 @@ class PreparedCache:
     def load(self, tier: SampleTier, key: SampleKey) -> dict[str, Any] | None:
         """The sample `tier` holds for `key`, verified; None when it holds none or the entry is
         refused (then dropped, counted and logged)."""
+        slot = 0
         try:
-            data = tier.load_file(key.folder, key.row)
-            if data is None:
+            found = tier.load_file(key.folder, key.row)
+            if found is None:
                 return None
+            data, slot = found
             started = time.perf_counter()
             sample = decode_entry(data, key)
             self.counters.verified(time.perf_counter() - started, len(data))
             return sample
         except CacheFault as fault:
-            self._refused(tier, key.folder, key.row, fault)
+            self._refused(tier, key.folder, key.row, fault, slot)
             return None
 
     def read_files(self, keys: Sequence[FileKey]) -> list[bytes | None]:
@@ -140,16 +143,18 @@ class PreparedCache:
 
     def _sound_file(self, folder: str, row: int) -> bytes | None:
         for tier in self.tiers:
+            slot = 0
             try:
-                data = tier.load_file(folder, row)
-                if data is None:
+                found = tier.load_file(folder, row)
+                if found is None:
                     continue
+                data, slot = found
                 started = time.perf_counter()
                 verify_file(data, folder, row)
                 self.counters.verified(time.perf_counter() - started, len(data))
                 return bytes(data)
             except CacheFault as fault:
-                self._refused(tier, folder, row, fault)
+                self._refused(tier, folder, row, fault, slot)
         return None
 
     def keep_files(self, files: Sequence[tuple[str, int, bytes]]) -> None:
@@ -169,9 +174,12 @@ class PreparedCache:
         tiers before it could not, so each byte is written once and the node holds the sum of both."""
         return any(tier.store(folder, row, parts, size) for tier in self.tiers)
 
-    def _refused(self, tier: SampleTier, folder: str, row: int, fault: CacheFault) -> None:
-        record_fault(self.counters, tier.name, tier.path(folder, row), fault)
-        tier.drop(folder, row)
+    def _refused(self, tier: SampleTier, folder: str, row: int, fault: CacheFault, slot: int) -> None:
+        """Count and log an entry the tier could not give soundly, and forget it (slot 0: the tier
+        already has)."""
+        record_fault(self.counters, tier.name, tier.describe(folder, row), fault)
+        if slot:
+            tier.drop(folder, row, slot)
 
     def for_job(self, index: DatasetIndex, identity: str, max_bytes: int | None = None) -> JobSamples:
         return JobSamples(self, index, identity, max_bytes)
@@ -185,6 +193,10 @@ class PreparedCache:
         if not getattr(transform, "cache_prepared", True):
             return None
         return self.for_job(index, prepare_identity(name, args, columns, transform), max_bytes)
+
+    def close(self) -> None:
+        for tier in self.tiers:
+            tier.close()
 
     def publish(self) -> None:
         """The tiers' sizes, for the actor's next report."""
@@ -204,11 +216,12 @@ class JobSamples:
     max_bytes: int | None = None
 
     def __post_init__(self) -> None:
-        self._starts = self.index.file_starts
+        self._starts = [int(start) for start in self.index.file_starts]  # bisect: a tenth of searchsorted's cost
         self._shards = [s.identity for s in self.index.shards]
         self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
         self._lock = threading.Lock()
         self.kept_bytes = 0  # what this view stored or gave its homes
+        self.hit_rate = 0.0  # of the job's recent lookups (about the last ten batches): what its writes may spend
 
     def _within_limit(self, size: int) -> bool:
         with self._lock:
@@ -218,7 +231,7 @@ class JobSamples:
             return True
 
     def _key(self, index: int) -> SampleKey:
-        shard = int(np.searchsorted(self._starts, index, side="right")) - 1
+        shard = bisect.bisect_right(self._starts, index) - 1
         return SampleKey(self.identity, self._shards[shard], int(index - self._starts[shard]))
 
     def _peers(self) -> PreparedPeers | None:
@@ -258,6 +271,8 @@ class JobSamples:
                         counts["prepared_peer_hits"] += 1
         counts["prepared_misses"] += len(indices) - len(found)
         self.cache.counters.count(**counts)
+        if indices:
+            self.hit_rate += HIT_RATE_WEIGHT * (len(found) / len(indices) - self.hit_rate)
         return found
 
     def _from_home(self, home: str, key: SampleKey, data: bytes | None) -> dict[str, Any] | None:
@@ -277,7 +292,8 @@ class JobSamples:
     def put(self, index: int, sample: dict[str, Any]) -> None:
         """Keep a sample prepared here: in this node's tiers when it is its home, else as a copy
         for its home, sent by `send_to_homes`. Not now when the actor's write budget is spent
-        (write_budget.py): it is kept when it is prepared again, in a later epoch."""
+        (write_budget.py, at the share this job's hit rate gives it): it is kept when it is
+        prepared again, in a later epoch."""
         budget = self.cache.budget
         if not budget.allows():
             self.cache.counters.count(prepared_deferred=1)
@@ -286,7 +302,7 @@ class JobSamples:
         try:
             self._keep(index, sample)
         finally:
-            budget.spent(time.perf_counter() - started)
+            budget.spent(time.perf_counter() - started, self.hit_rate)
 
     def _keep(self, index: int, sample: dict[str, Any]) -> None:
         key = self._key(index)
@@ -346,7 +362,7 @@ def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str
             log.error("cannot keep prepared samples in %s (%s): the %s tier is off; make the directory writable "
                       "for this user or set prepared_cache_%s_dir", directory, exc, name, name)
     if any(bound is None and name in tiers for name, (_, bound) in wanted.items()):
-        held = {name: tier.stored_bytes for name, tier in tiers.items()}
+        held = {name: tier.allocated_bytes for name, tier in tiers.items()}
         facts = measure_node(wanted["memory"][0], held.get("memory", 0), wanted["disk"][0], held.get("disk", 0),
                              node_id)
         for name, sized in (("memory", size_memory_tier(facts)), ("disk", size_disk_tier(facts))):

@@ -36,12 +36,16 @@ MAGIC = b"SSPREP2\n"
 FORMAT = 2  # part of every folder name: entries of an older format are never looked up
 ALIGN = 16
 SCALAR_KINDS = {"int": int, "float": float, "bool": bool}
+Stored = bytearray | np.ndarray  # an entry's bytes as read: writable, so the arrays read back are too
 
 
 @functools.lru_cache(maxsize=4096)
 def folder_of(prepare: str, shard: str) -> str:
-    """The directory of a (prepare identity, shard identity)'s samples in a tier."""
-    return hashlib.sha256(f"{FORMAT}\0{prepare}\0{shard}".encode()).hexdigest()[:32]
+    """Where a (prepare identity, shard identity)'s samples are in a tier: "<dataset>/<shard>", the
+    dataset being the prepare identity (prepared_tier.py)."""
+    dataset = hashlib.sha256(f"{FORMAT}\0{prepare}".encode()).hexdigest()[:32]
+    samples = hashlib.sha256(f"{FORMAT}\0{prepare}\0{shard}".encode()).hexdigest()[:32]
+    return f"{dataset}/{samples}"
 
 
 @dataclass(frozen=True)
@@ -85,7 +89,7 @@ def encode_entry(key: SampleKey, sample: dict[str, Any]) -> list[bytes | memoryv
     return seal(MAGIC, header, rest, position)
 
 
-def _checked_header(data: bytearray) -> tuple[dict[str, Any], int]:
+def _checked_header(data: Stored) -> tuple[dict[str, Any], int]:
     """The header of a sound entry and where the fields begin; CacheFault when the bytes are not
     the ones written."""
     header, end = open_frame(data, MAGIC, "prepared-sample")
@@ -102,7 +106,7 @@ def _key_of(header: dict[str, Any]) -> tuple[str, str, int]:
         raise CacheFault("format", f"unreadable key: {exc}") from exc
 
 
-def verify_file(data: bytearray, folder: str, row: int) -> None:
+def verify_file(data: Stored, folder: str, row: int) -> None:
     """Check that `data` is a sound entry stored as (folder, row): what a home node checks before
     it sends a sample or keeps one given to it (it knows the place, not the whole key)."""
     prepare, shard, stored_row = _key_of(_checked_header(data)[0])
@@ -110,7 +114,7 @@ def verify_file(data: bytearray, folder: str, row: int) -> None:
         raise CacheFault("key", f"holds row {stored_row} of {folder_of(prepare, shard)}, not row {row} of {folder}")
 
 
-def decode_entry(data: bytearray, key: SampleKey) -> dict[str, Any]:
+def decode_entry(data: Stored, key: SampleKey) -> dict[str, Any]:
     """The sample `data` holds, verified to be `key`'s; arrays are writable views of `data`."""
     header, position = _checked_header(data)
     prepare, shard, row = _key_of(header)

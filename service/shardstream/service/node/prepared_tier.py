@@ -1,18 +1,28 @@
-"""One tier of the prepared-sample cache: a directory of prepared-sample files, bounded in bytes.
+"""One tier of the prepared-sample cache: a directory of chunk files, bounded in bytes.
 
-A sample is one file, an entry that carries its own key and checksum
-(prepared_entry.py); this module stores and finds the files, the cache
-verifies each on reading. Files appear by
-atomic rename, so the node's decode actors share a tier without locks, and
-they outlive jobs and actors; after a node restart an empty tier simply
-fills again.
+Layout (one directory per dataset, that is per prepare identity)::
 
-A full tier admits nothing more rather than evicting the least recently used
-sample: each epoch asks for every sample in a new order, so evicting by
-recency throws out entries just before they are asked for, while keeping a
-fixed part of the dataset serves that part every epoch. Room is made only by
-removing whole datasets (a directory per prepare identity and shard) that no
-actor used for ``STALE_DIRECTORY_S``.
+    free/<id>                  chunks given back by a dataset removed, to be claimed again
+    <dataset>/<id>             chunks holding the dataset's entries, each appended to by one actor
+    <dataset>/<shard>.index    where each row of one shard is (sample_index.py)
+
+An entry (prepared_entry.py) carries its own key and checksum; this module stores and finds them,
+the cache verifies each on reading. An actor appends a dataset's entries to a chunk of its own
+(tier_chunks.py), claimed from ``free/`` by renaming it into the dataset's directory (one rename wins,
+so the node's actors share a tier without locks) or allocated there, and records each entry in its
+shard's index. The files outlive jobs and actors; after a node
+restart an empty tier simply fills again.
+
+A full tier admits nothing more rather than evicting the least recently used sample: each epoch
+asks for every sample in a new order, so evicting by recency throws out entries just before they are
+asked for, while keeping a fixed part of the dataset serves that part every epoch. Room is made only
+by removing whole datasets that no actor used for ``STALE_DIRECTORY_S``: their chunks go back to
+``free/``, allocated, for the next dataset.
+
+Allocating a chunk is part of what a write costs, and the actor's write budget pays for it
+(write_budget.py). A tier's space is not allocated ahead in idle time: with a process at idle
+priority (``SCHED_IDLE``) doing it, the benchmark's first epoch on two busy cores ran 5-9% slower
+(two runs each way), so the idle time was not free.
 """
 
 from __future__ import annotations
@@ -20,145 +30,294 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import shutil
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from shardstream.service.node.cache_fault import CacheFault, drop_path
+import numpy as np
+
+from shardstream.service.node.cache_fault import CacheFault
+from shardstream.service.node.entry_frame import PREFIX
+from shardstream.service.node.sample_index import ENTRY_ALIGN, SampleIndex, place_of, slot_of
+from shardstream.service.node.tier_chunks import (
+    CHUNK_BYTES,
+    FREE,
+    ChunkCache,
+    OpenChunk,
+    add_chunk,
+    chunk_id,
+    chunk_size_for,
+    survey,
+)
 
 log = logging.getLogger(__name__)
 
-LOW_WATER = 0.9  # making room frees down to this fraction of the bound
-RECOUNT_FRACTION = 0.01  # re-count the whole tier every this much of its bound written by this actor
+LAYOUT = "chunks"  # the tier's files live in this subdirectory of its directory
 STALE_DIRECTORY_S = 3600.0  # a dataset's entries unused this long may go to make room
-FULL_RETRY_S = 30.0  # a tier found full and with nothing stale is not scanned again for this long
-TOUCH_EVERY_S = 60.0  # how often an actor marks a directory it reads from as used
+FULL_RETRY_S = 30.0  # a tier found full and with nothing stale is not looked at again for this long
+TOUCH_EVERY_S = 60.0  # how often an actor marks a dataset it reads from as used
+MIN_CHUNK_BYTES = 4096  # a smaller file among the chunks is damage
 
 
-# ---------------------------------------------------------------- a tier
+@dataclass
+class _Appending:
+    """The chunk an actor appends one dataset's entries to."""
+
+    chunk: int
+    file: OpenChunk
+    position: int = 0
+
+
+def dataset_of(folder: str) -> str:
+    return folder.split("/", 1)[0]
+
 
 class SampleTier:
-    """One directory of prepared-sample files, bounded in bytes, shared by the node's actors."""
+    """One directory of prepared-sample chunks, bounded in bytes, shared by the node's actors."""
 
-    def __init__(self, name: str, directory: str, max_bytes: int) -> None:
+    def __init__(self, name: str, directory: str, max_bytes: int, chunk_bytes: int | None = None) -> None:
         self.name = name
-        self.root = Path(directory)
+        self.root = Path(directory) / LAYOUT
         self.max_bytes = max_bytes
+        self._chunk_bytes = chunk_bytes  # None: sized from the bound (tier_chunks.chunk_size_for)
         self.root.mkdir(parents=True, exist_ok=True)
+        _remove_file_per_sample_layout(Path(directory))
+        self.index = SampleIndex(str(self.root))
+        self._chunks = ChunkCache()
         self._lock = threading.Lock()
-        self._remove_temp_files()
-        self.stored_bytes = self._scan()[1]
-        self._written_since_scan = 0
+        self._appending: dict[str, _Appending] = {}
+        self.stored_bytes = self.allocated_bytes = 0
+        self._count()  # what datasets hold; that and the free chunks
         self._full_until = 0.0
         self._touched: dict[str, float] = {}
 
-    def path(self, folder: str, row: int) -> str:
-        return os.path.join(self.root, folder, str(row))
+    @property
+    def chunk_bytes(self) -> int:
+        return self._chunk_bytes or chunk_size_for(self.max_bytes)
 
-    def load_file(self, folder: str, row: int) -> bytearray | None:
-        """The sample's file as it is stored, unverified (the cache verifies it), or None when the
-        tier does not hold it. CacheFault when the path cannot be read whole."""
-        path = self.path(folder, row)
+    def describe(self, folder: str, row: int) -> str:
+        return f"{self.root}/{folder} row {row}"
+
+    def _chunk_path(self, folder: str, chunk: int) -> str:
+        return os.path.join(self.root, dataset_of(folder), str(chunk))
+
+    # -- reading
+
+    def load_file(self, folder: str, row: int) -> tuple[np.ndarray, int] | None:
+        """The row's entry as stored, copied out, unverified (the cache verifies it), and its slot
+        (for `drop`); None when the tier does not hold it. CacheFault when it cannot be read whole;
+        the row is then forgotten, so it is prepared and stored again."""
         try:
-            with open(path, "rb") as f:
-                data = bytearray(os.fstat(f.fileno()).st_size)
-                got = f.readinto(data)
-        except FileNotFoundError:
+            slot = self.index.get(folder, row)
+        except OSError as exc:
+            raise CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}") from exc
+        if not slot:
             return None
-        except OSError as exc:  # a directory in the file's place, no permission, a failing disk
-            raise CacheFault("io_error", f"{type(exc).__name__}: {exc.strerror or exc}") from exc
-        if got != len(data):
-            raise CacheFault("short_read", f"read {got} of {len(data)} bytes")
-        self._touch(folder)
+        try:
+            data = self._read(folder, *place_of(slot))
+        except CacheFault:
+            self.index.clear(folder, row, slot)
+            raise
+        self._touch(dataset_of(folder))
+        return data, slot
+
+    def drop(self, folder: str, row: int, slot: int) -> None:
+        """Forget an entry refused on reading (unless another actor stored the row again meanwhile)."""
+        self.index.clear(folder, row, slot)
+
+    def _read(self, folder: str, chunk: int, offset: int) -> np.ndarray:
+        path = self._chunk_path(folder, chunk)
+        try:
+            file = self._chunks.get(path)
+            prefix = file.read(offset, PREFIX.size)
+            if len(prefix) < PREFIX.size:
+                raise CacheFault("short_read", f"chunk {chunk} ends before the entry at {offset}")
+            length = int(PREFIX.unpack(prefix.tobytes())[3])
+            data = file.read(offset, min(length, max(0, file.size - offset)))
+        except OSError as exc:  # the chunk is gone, a directory in its place, a failing disk
+            self._damaged_chunk(path)
+            raise CacheFault("io_error", f"chunk {chunk}: {type(exc).__name__}: {exc.strerror or exc}") from exc
+        if len(data) < length:
+            self._damaged_chunk(path)
+            raise CacheFault("short_read", f"read {len(data)} of {length} bytes")
         return data
 
-    def drop(self, folder: str, row: int) -> None:
-        """Remove an entry refused on reading (a directory in its place too)."""
-        drop_path(self.path(folder, row))
+    def _damaged_chunk(self, path: str) -> None:
+        """Close a chunk found cut short or unreadable, and append nothing more to it."""
+        self._chunks.forget(path)
+        with self._lock:
+            for dataset, appending in list(self._appending.items()):
+                if appending.file.path == path:
+                    del self._appending[dataset]
+                    appending.file.close()
+
+    def _touch(self, dataset: str) -> None:
+        """Mark the dataset used (what decides which datasets may go when the tier is full)."""
+        now = time.monotonic()
+        if now - self._touched.get(dataset, -TOUCH_EVERY_S) >= TOUCH_EVERY_S:
+            self._touched[dataset] = now
+            with contextlib.suppress(OSError):
+                os.utime(os.path.join(self.root, dataset))
+
+    # -- writing
 
     def store(self, folder: str, row: int, parts: list[bytes | memoryview], size: int) -> bool:
-        """Write the file atomically; False when the tier is full or refuses it."""
-        if time.monotonic() < self._full_until or size > self.max_bytes * LOW_WATER:
+        """Append the entry to this actor's chunk of the dataset and record it in the shard's index;
+        False when the tier has no room for it."""
+        if size > self.chunk_bytes or time.monotonic() < self._full_until:
             return False
+        dataset = dataset_of(folder)
         with self._lock:
-            over = self.stored_bytes + size > self.max_bytes
-        if over and not self._make_room(size):
-            return False
-        directory = os.path.join(self.root, folder)
-        path = self.path(folder, row)
-        temp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+            appending = self._appending.get(dataset)
+            if appending is None or appending.position + size > appending.file.size:
+                claimed = self._claim(dataset)
+                if claimed is None:
+                    return False
+                appending = self._appending[dataset] = claimed
+            offset = appending.position
+            appending.position += size + -size % ENTRY_ALIGN
         try:
-            os.makedirs(directory, exist_ok=True)
-            with open(temp, "wb") as f:
-                f.writelines(parts)
-            os.replace(temp, path)
+            appending.file.write(offset, parts)
+            self.index.set(folder, row, slot_of(appending.chunk, offset))
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
             log.warning("cannot write prepared samples to the %s tier under %s (%s): treating it as full for "
                         "%.0f s", self.name, self.root, exc, FULL_RETRY_S)
             self._full_until = time.monotonic() + FULL_RETRY_S
             return False
-        with self._lock:
-            self.stored_bytes += size
-            self._written_since_scan += size
-            recount = self._written_since_scan >= self.max_bytes * RECOUNT_FRACTION
-        if recount:
-            self._recount()
         return True
 
-    def _touch(self, folder: str) -> None:
-        """Mark the directory used (what decides which datasets may go when the tier is full)."""
-        now = time.monotonic()
-        if now - self._touched.get(folder, -TOUCH_EVERY_S) >= TOUCH_EVERY_S:
-            self._touched[folder] = now
+    def _claim(self, dataset: str) -> _Appending | None:
+        """A chunk for the dataset, opened for appending: a free one renamed into the dataset's
+        directory, else one allocated now (its cost charged to the write budget, as the write's);
+        None when the tier is full."""
+        directory = os.path.join(self.root, dataset)
+        os.makedirs(directory, exist_ok=True)
+        for chunk in self._free_chunks():
+            try:
+                os.rename(os.path.join(self.root, FREE, str(chunk)), os.path.join(directory, str(chunk)))
+            except FileNotFoundError:
+                continue  # another actor claimed it first
+            appending = self._open_for_appending(dataset, chunk)
+            if appending is not None:
+                return appending
+        self._count()
+        if self.allocated_bytes + self.chunk_bytes <= self.max_bytes:
+            try:
+                return self._open_for_appending(dataset, add_chunk(str(self.root), self.chunk_bytes, into=dataset))
+            except OSError as exc:  # no space left on the filesystem, no permission
+                log.warning("cannot allocate prepared-sample space in the %s tier under %s (%s): treating it as "
+                            "full for %.0f s", self.name, self.root, exc, FULL_RETRY_S)
+        elif self._make_room():
+            return self._claim(dataset)  # the chunks given back are free now
+        self._full_until = time.monotonic() + FULL_RETRY_S
+        return None
+
+    def _open_for_appending(self, dataset: str, chunk: int) -> _Appending | None:
+        path = os.path.join(self.root, dataset, str(chunk))
+        try:
+            file = OpenChunk(path, writable=True)
+        except OSError:
+            return None  # gone already (its dataset given back by another actor)
+        if file.size < MIN_CHUNK_BYTES:  # not a chunk of a tier's making: damage
+            file.close()
             with contextlib.suppress(OSError):
-                os.utime(os.path.join(self.root, folder))
+                os.unlink(path)
+            return None
+        self.stored_bytes += file.size  # (counted again from the files at the next allocation)
+        previous = self._appending.pop(dataset, None)
+        if previous is not None:
+            previous.file.close()
+        return _Appending(chunk, file)
 
-    def _scan(self) -> tuple[dict[str, tuple[float, int]], int]:
-        """folder -> (last used, bytes), and the total."""
-        folders: dict[str, tuple[float, int]] = {}
-        for sub in os.scandir(self.root):
-            if not sub.is_dir():
-                continue
-            with contextlib.suppress(FileNotFoundError):
-                used = sub.stat().st_mtime
-                size = sum(e.stat().st_size for e in os.scandir(sub.path) if not e.name.endswith(".tmp"))
-                folders[sub.name] = (used, size)
-        return folders, sum(size for _, size in folders.values())
+    def _free_chunks(self) -> list[int]:
+        with contextlib.suppress(FileNotFoundError):
+            ids = [i for i in (chunk_id(e.name) for e in os.scandir(os.path.join(self.root, FREE))) if i is not None]
+            random.shuffle(ids)  # actors claiming at once mostly try different chunks
+            return ids
+        return []
 
-    def _recount(self) -> int:
-        total = self._scan()[1]
-        with self._lock:
-            self.stored_bytes, self._written_since_scan = total, 0
-        return total
+    def _count(self) -> None:
+        now = survey(str(self.root))
+        self.stored_bytes, self.allocated_bytes = now.claimed_bytes, now.allocated_bytes
 
-    def _make_room(self, size: int) -> bool:
-        """Remove datasets unused for STALE_DIRECTORY_S, oldest first, until `size` fits under the
-        low-water mark; False (and no scan for FULL_RETRY_S) when that is not enough."""
-        folders, total = self._scan()
+    def _make_room(self) -> bool:
+        """Give back the chunks of datasets unused for STALE_DIRECTORY_S, oldest first, until a chunk is
+        free; False when none is stale."""
+        datasets = []
+        for entry in os.scandir(self.root):
+            if entry.is_dir(follow_symlinks=False) and entry.name != FREE:
+                with contextlib.suppress(FileNotFoundError):
+                    datasets.append((entry.stat().st_mtime, entry.name))
         cutoff = time.time() - STALE_DIRECTORY_S
-        target = self.max_bytes * LOW_WATER - size
-        for name, (used, folder_bytes) in sorted(folders.items(), key=lambda item: item[1][0]):
-            if total <= target or used >= cutoff:
+        freed = 0
+        for used, dataset in sorted(datasets):
+            if used >= cutoff or freed:
                 break
-            shutil.rmtree(os.path.join(self.root, name), ignore_errors=True)
-            total -= folder_bytes
-            log.info("prepared-sample %s tier full: removed %s (%d bytes, unused since %s)", self.name, name,
-                     folder_bytes, time.ctime(used))
+            freed = self._give_back(dataset)
+            log.info("prepared-sample %s tier full: gave back %s (%d chunks, unused since %s)", self.name, dataset,
+                     freed, time.ctime(used))
+        return freed > 0
+
+    def _give_back(self, dataset: str) -> int:
+        """Move a dataset's chunks to free/ (still allocated) and remove its indexes; the chunks moved."""
+        directory = os.path.join(self.root, dataset)
+        self.index.forget(dataset + "/")
+        self._chunks.forget(directory + os.sep)
+        appending = self._appending.pop(dataset, None)
+        if appending is not None:
+            appending.file.close()
+        moved = 0
+        os.makedirs(os.path.join(self.root, FREE), exist_ok=True)
+        for entry in list(os.scandir(directory)):
+            chunk = chunk_id(entry.name)
+            if chunk is not None:
+                with contextlib.suppress(OSError):
+                    os.rename(entry.path, os.path.join(self.root, FREE, entry.name))
+                    moved += 1
+        shutil.rmtree(directory, ignore_errors=True)
+        self._count()
+        return moved
+
+    # -- for tests and tools
+
+    def held(self) -> set[tuple[str, int]]:
+        """(folder, row) of every entry the indexes record."""
+        found: set[tuple[str, int]] = set()
+        for dataset in os.scandir(self.root):
+            if not dataset.is_dir(follow_symlinks=False) or dataset.name == FREE:
+                continue
+            for entry in os.scandir(dataset.path):
+                if entry.name.endswith(".index"):
+                    folder = f"{dataset.name}/{entry.name[:-len('.index')]}"
+                    found.update((folder, row) for row in self.index.rows(folder))
+        return found
+
+    def locate(self, folder: str, row: int) -> tuple[str, int] | None:
+        """The chunk file and offset of the row's entry, None when not held."""
+        slot = self.index.get(folder, row)
+        if not slot:
+            return None
+        chunk, offset = place_of(slot)
+        return self._chunk_path(folder, chunk), offset
+
+    def close(self) -> None:
+        self.index.close()
+        self._chunks.forget("")
         with self._lock:
-            self.stored_bytes, self._written_since_scan = total, 0
-        if total + size > self.max_bytes:
-            self._full_until = time.monotonic() + FULL_RETRY_S
-            return False
-        return True
-
-    def _remove_temp_files(self) -> None:
-        for temp in self.root.glob("*/*.tmp"):
-            with contextlib.suppress(OSError):
-                if temp.stat().st_mtime < time.time() - 600:
-                    temp.unlink()
+            for appending in self._appending.values():
+                appending.file.close()
+            self._appending.clear()
 
 
-__all__ = ["SampleTier"]
+def _remove_file_per_sample_layout(directory: Path) -> None:
+    """Remove what an earlier version kept here (a directory of one file per sample, named by 32 hex
+    digits, beside this layout's directory): it is never read again."""
+    for entry in directory.iterdir():
+        if entry.is_dir() and len(entry.name) == 32 and all(c in "0123456789abcdef" for c in entry.name):
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+__all__ = ["CHUNK_BYTES", "STALE_DIRECTORY_S", "SampleTier", "dataset_of"]

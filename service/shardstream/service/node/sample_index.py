@@ -1,0 +1,113 @@
+"""Where a tier holds each row of one shard's prepared samples: a file of one 8-byte slot per row.
+
+A slot is 0 when the tier holds no entry for the row, else the chunk and the offset of the entry
+(prepared_tier.py). Slots are read and written with ``pread``/``pwrite`` of 8 aligned bytes, so the
+file is never mapped: a file cut short by damage is a miss, not a fault that kills the process. The
+file grows with ``posix_fallocate``, which never shrinks it, so actors growing it at once lose no
+slot. A slot a reader finds half-written, or pointing at another entry, is caught by the entry's
+own key and checksum.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+import threading
+import time
+
+SLOT = struct.Struct("<Q")
+GROW_ROWS = 8192  # the file grows by this many slots (64 KiB) at a time
+ABSENT_S = 1.0  # an index found missing is looked for again after this long (another actor may create it)
+ENTRY_ALIGN = 64  # entries start at multiples of this in a chunk (their arrays at 16-byte multiples)
+
+
+OFFSET_BITS = 20  # offsets / ENTRY_ALIGN: chunks of up to 64 MiB; the other 44 bits: the chunk's id + 1
+
+
+def slot_of(chunk: int, offset: int) -> int:
+    """The slot of an entry at `offset` (a multiple of ENTRY_ALIGN) in chunk `chunk` (>= 0)."""
+    return (chunk + 1) << OFFSET_BITS | offset // ENTRY_ALIGN
+
+
+def place_of(slot: int) -> tuple[int, int]:
+    """(chunk, offset) of a nonzero slot."""
+    return (slot >> OFFSET_BITS) - 1, (slot & ((1 << OFFSET_BITS) - 1)) * ENTRY_ALIGN
+
+
+class SampleIndex:
+    """The open index files of one tier, by shard folder."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self._files: dict[str, int] = {}  # folder -> open descriptor
+        self._absent: dict[str, float] = {}  # folder -> when its index was found missing
+        self._lock = threading.Lock()
+
+    def path(self, folder: str) -> str:
+        return os.path.join(self.root, f"{folder}.index")
+
+    def _fd(self, folder: str, create: bool) -> int | None:
+        with self._lock:
+            fd = self._files.get(folder)
+            if fd is not None:
+                return fd
+            if not create and time.monotonic() - self._absent.get(folder, -ABSENT_S) < ABSENT_S:
+                return None  # looked for just now: a first epoch asks for each shard's rows many times
+            path = self.path(folder)
+            try:
+                fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+            except FileNotFoundError:
+                if not create:
+                    self._absent[folder] = time.monotonic()
+                    return None
+                os.makedirs(os.path.dirname(path), exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            self._files[folder] = fd
+            self._absent.pop(folder, None)
+            return fd
+
+    def get(self, folder: str, row: int) -> int:
+        """The row's slot (0: not held). OSError when the index cannot be read."""
+        fd = self._fd(folder, create=False)
+        if fd is None:
+            return 0
+        data = os.pread(fd, SLOT.size, row * SLOT.size)
+        return SLOT.unpack(data)[0] if len(data) == SLOT.size else 0
+
+    def set(self, folder: str, row: int, slot: int) -> None:
+        fd = self._fd(folder, create=True)
+        assert fd is not None
+        end = (row // GROW_ROWS + 1) * GROW_ROWS * SLOT.size
+        if os.fstat(fd).st_size < end:
+            os.posix_fallocate(fd, 0, end)
+        os.pwrite(fd, SLOT.pack(slot), row * SLOT.size)
+
+    def clear(self, folder: str, row: int, slot: int) -> None:
+        """Set the row's slot to 0 if it still holds `slot` (a refused entry; another actor may have
+        stored a sound one meanwhile)."""
+        with contextlib.suppress(OSError):
+            if self.get(folder, row) == slot:
+                self.set(folder, row, 0)
+
+    def rows(self, folder: str) -> dict[int, int]:
+        """row -> slot, for every row held."""
+        fd = self._fd(folder, create=False)
+        if fd is None:
+            return {}
+        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        count = len(data) // SLOT.size
+        return {row: slot for row, slot in enumerate(struct.unpack(f"<{count}Q", data[:count * SLOT.size])) if slot}
+
+    def forget(self, prefix: str) -> None:
+        """Close the files of folders under `prefix` (a dataset removed to make room)."""
+        with self._lock:
+            for folder in [f for f in self._files if f.startswith(prefix)]:
+                with contextlib.suppress(OSError):
+                    os.close(self._files.pop(folder))
+
+    def close(self) -> None:
+        self.forget("")
+
+
+__all__ = ["ENTRY_ALIGN", "SampleIndex", "place_of", "slot_of"]
