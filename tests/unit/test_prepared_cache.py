@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ import pytest
 
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
+from shardstream.service.node import sample_index
 from shardstream.service.node.batching import DecodeJob, decode_batch
 from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
@@ -22,7 +24,13 @@ from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.node.sample_index import ENTRY_ALIGN
-from shardstream.service.node.tier_chunks import Survey, allocate, chunk_size_for, survey
+from shardstream.service.node.tier_chunks import (
+    ChunkCache,
+    Survey,
+    allocate,
+    chunk_size_for,
+    survey,
+)
 from shardstream.service.node.write_budget import MAX_SHARE, MIN_SHARE, WriteBudget, share_for
 from shardstream.service.transforms import build_transform
 from tests.cache_tiers import CHUNK, chunked_tier
@@ -352,3 +360,31 @@ def test_a_job_keeps_no_more_than_its_limit_and_others_still_keep_theirs(tmp_pat
     for i in range(5):
         other.put(i, sample)
     assert all(other.get(i) is not None for i in range(5))
+
+
+def test_threads_storing_and_loading_at_once_never_read_a_closed_file(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Peers' calls read and write a tier beside the decode thread: with room for two open chunks and two
+    open indexes, files are closed all the time, never under a read or a write."""
+    monkeypatch.setattr(sample_index, "OPEN_INDEXES", 2)
+    tier = SampleTier("memory", str(tmp_path), max_bytes=64 * CHUNK, chunk_bytes=CHUNK)
+    tier._chunks = ChunkCache(capacity=2)
+    keys = [SampleKey(f"prepare {i % 8}", f"shard {i % 5}", i) for i in range(240)]
+
+    def work(part: int) -> list[int]:
+        labels = []
+        for key in keys[part::4]:
+            parts = encode_entry(key, {"x": np.full(500, key.row, np.int32), "label": key.row})
+            assert parts is not None
+            assert tier.store(key.folder, key.row, parts, sum(len(p) for p in parts))
+            for earlier in keys[part:key.row + 1:4][-3:]:
+                found = tier.load_file(earlier.folder, earlier.row)
+                assert found is not None
+                labels.append(decode_entry(found[0], earlier)["label"])
+        return labels
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(work, range(4)))
+    assert sum(len(r) for r in results) > 240 and all(isinstance(label, int) for r in results for label in r)
+    assert tier.held() == {(key.folder, key.row) for key in keys}
+    tier.close()

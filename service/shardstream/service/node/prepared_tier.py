@@ -131,12 +131,11 @@ class SampleTier:
     def _read(self, folder: str, chunk: int, offset: int) -> np.ndarray:
         path = self._chunk_path(folder, chunk)
         try:
-            file = self._chunks.get(path)
-            prefix = file.read(offset, PREFIX.size)
+            prefix = self._chunks.read(path, offset, PREFIX.size)
             if len(prefix) < PREFIX.size:
                 raise CacheFault("short_read", f"chunk {chunk} ends before the entry at {offset}")
             length = int(PREFIX.unpack(prefix.tobytes())[3])
-            data = file.read(offset, min(length, max(0, file.size - offset)))
+            data = self._chunks.read(path, offset, length)
         except OSError as exc:  # the chunk is gone, a directory in its place, a failing disk
             self._damaged_chunk(path)
             raise CacheFault("io_error", f"chunk {chunk}: {type(exc).__name__}: {exc.strerror or exc}") from exc
@@ -170,17 +169,17 @@ class SampleTier:
         if size > self.chunk_bytes or time.monotonic() < self._full_until:
             return False
         dataset = dataset_of(folder)
-        with self._lock:
-            appending = self._appending.get(dataset)
-            if appending is None or appending.position + size > appending.file.size:
-                claimed = self._claim(dataset)
-                if claimed is None:
-                    return False
-                appending = self._appending[dataset] = claimed
-            offset = appending.position
-            appending.position += size + -size % ENTRY_ALIGN
         try:
-            appending.file.write(offset, parts)
+            with self._lock:  # held through the write: no other thread closes the chunk under it
+                appending = self._appending.get(dataset)
+                if appending is None or appending.position + size > appending.file.size:
+                    claimed = self._claim(dataset)
+                    if claimed is None:
+                        return False
+                    appending = self._appending[dataset] = claimed
+                offset = appending.position
+                appending.position += size + -size % ENTRY_ALIGN
+                appending.file.write(offset, parts)
             self.index.set(folder, row, slot_of(appending.chunk, offset))
         except OSError as exc:
             log.warning("cannot write prepared samples to the %s tier under %s (%s): treating it as full for "

@@ -10,6 +10,7 @@ own key and checksum.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import struct
@@ -18,6 +19,7 @@ import time
 
 SLOT = struct.Struct("<Q")
 GROW_ROWS = 8192  # the file grows by this many slots (64 KiB) at a time
+OPEN_INDEXES = 256  # index files a process keeps open per tier
 ABSENT_S = 1.0  # an index found missing is looked for again after this long (another actor may create it)
 ENTRY_ALIGN = 64  # entries start at multiples of this in a chunk (their arrays at 16-byte multiples)
 
@@ -36,11 +38,12 @@ def place_of(slot: int) -> tuple[int, int]:
 
 
 class SampleIndex:
-    """The open index files of one tier, by shard folder."""
+    """The open index files of one tier, by shard folder (at most OPEN_INDEXES, the least recently used
+    closed first). Every read and write of a slot holds the lock, so no file is closed under one."""
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self._files: dict[str, int] = {}  # folder -> open descriptor
+        self._files: collections.OrderedDict[str, int] = collections.OrderedDict()  # folder -> descriptor
         self._absent: dict[str, float] = {}  # folder -> when its index was found missing
         self._lock = threading.Lock()
 
@@ -48,40 +51,45 @@ class SampleIndex:
         return os.path.join(self.root, f"{folder}.index")
 
     def _fd(self, folder: str, create: bool) -> int | None:
-        with self._lock:
-            fd = self._files.get(folder)
-            if fd is not None:
-                return fd
-            if not create and time.monotonic() - self._absent.get(folder, -ABSENT_S) < ABSENT_S:
-                return None  # looked for just now: a first epoch asks for each shard's rows many times
-            path = self.path(folder)
-            try:
-                fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
-            except FileNotFoundError:
-                if not create:
-                    self._absent[folder] = time.monotonic()
-                    return None
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-            self._files[folder] = fd
-            self._absent.pop(folder, None)
+        """The folder's open index (the caller holds the lock)."""
+        fd = self._files.get(folder)
+        if fd is not None:
+            self._files.move_to_end(folder)
             return fd
+        if not create and time.monotonic() - self._absent.get(folder, -ABSENT_S) < ABSENT_S:
+            return None  # looked for just now: a first epoch asks for each shard's rows many times
+        path = self.path(folder)
+        try:
+            fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+        except FileNotFoundError:
+            if not create:
+                self._absent[folder] = time.monotonic()
+                return None
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        self._files[folder] = fd
+        self._absent.pop(folder, None)
+        while len(self._files) > OPEN_INDEXES:
+            os.close(self._files.popitem(last=False)[1])
+        return fd
 
     def get(self, folder: str, row: int) -> int:
         """The row's slot (0: not held). OSError when the index cannot be read."""
-        fd = self._fd(folder, create=False)
-        if fd is None:
-            return 0
-        data = os.pread(fd, SLOT.size, row * SLOT.size)
+        with self._lock:
+            fd = self._fd(folder, create=False)
+            if fd is None:
+                return 0
+            data = os.pread(fd, SLOT.size, row * SLOT.size)
         return SLOT.unpack(data)[0] if len(data) == SLOT.size else 0
 
     def set(self, folder: str, row: int, slot: int) -> None:
-        fd = self._fd(folder, create=True)
-        assert fd is not None
-        end = (row // GROW_ROWS + 1) * GROW_ROWS * SLOT.size
-        if os.fstat(fd).st_size < end:
-            os.posix_fallocate(fd, 0, end)
-        os.pwrite(fd, SLOT.pack(slot), row * SLOT.size)
+        with self._lock:
+            fd = self._fd(folder, create=True)
+            assert fd is not None
+            end = (row // GROW_ROWS + 1) * GROW_ROWS * SLOT.size
+            if os.fstat(fd).st_size < end:
+                os.posix_fallocate(fd, 0, end)
+            os.pwrite(fd, SLOT.pack(slot), row * SLOT.size)
 
     def clear(self, folder: str, row: int, slot: int) -> None:
         """Set the row's slot to 0 if it still holds `slot` (a refused entry; another actor may have
@@ -92,10 +100,11 @@ class SampleIndex:
 
     def rows(self, folder: str) -> dict[int, int]:
         """row -> slot, for every row held."""
-        fd = self._fd(folder, create=False)
-        if fd is None:
-            return {}
-        data = os.pread(fd, os.fstat(fd).st_size, 0)
+        with self._lock:
+            fd = self._fd(folder, create=False)
+            if fd is None:
+                return {}
+            data = os.pread(fd, os.fstat(fd).st_size, 0)
         count = len(data) // SLOT.size
         return {row: slot for row, slot in enumerate(struct.unpack(f"<{count}Q", data[:count * SLOT.size])) if slot}
 

@@ -24,7 +24,7 @@ import numpy as np
 CHUNK_BYTES = 32 << 20
 FREE = "free"  # the directory of chunks allocated and not claimed: given back by a dataset removed
 MAX_CHUNK_ID = 1 << 43  # ids are random below this (sample_index.py keeps 43 bits for one)
-OPEN_CHUNKS = 512  # chunk files a process keeps open per tier (least recently used closed first)
+OPEN_CHUNKS = 256  # chunk files a process keeps open per tier (least recently used closed first)
 
 
 def chunk_id(name: str) -> int | None:
@@ -122,19 +122,19 @@ class ChunkCache:
         self._open: collections.OrderedDict[str, OpenChunk] = collections.OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, path: str) -> OpenChunk:
-        """The chunk at `path`, opened when needed; OSError (FileNotFoundError) when it cannot be."""
+    def read(self, path: str, offset: int, length: int) -> np.ndarray:
+        """`length` bytes of the chunk at `path` from `offset` (fewer when it is shorter); OSError
+        (FileNotFoundError) when it cannot be read. Under the lock, so no other thread closes the
+        file while it is read."""
         with self._lock:
             chunk = self._open.get(path)
-            if chunk is not None:
+            if chunk is None:
+                chunk = self._open[path] = OpenChunk(path)
+                while len(self._open) > self.capacity:
+                    self._open.popitem(last=False)[1].close()
+            else:
                 self._open.move_to_end(path)
-                return chunk
-        chunk = OpenChunk(path)
-        with self._lock:
-            self._open[path] = chunk
-            while len(self._open) > self.capacity:
-                self._open.popitem(last=False)[1].close()
-        return chunk
+            return chunk.read(offset, min(length, max(0, chunk.size - offset)))
 
     def forget(self, prefix: str) -> None:
         """Close the chunks whose path starts with `prefix` (a dataset moved away, a damaged chunk)."""
