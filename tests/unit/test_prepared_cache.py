@@ -388,3 +388,16 @@ def test_threads_storing_and_loading_at_once_never_read_a_closed_file(tmp_path: 
     assert sum(len(r) for r in results) > 240 and all(isinstance(label, int) for r in results for label in r)
     assert tier.held() == {(key.folder, key.row) for key in keys}
     tier.close()
+
+
+def test_a_dataset_starts_with_a_small_chunk_and_each_next_is_twice_the_last(tmp_path: Path) -> None:
+    """A dataset of a few samples costs each actor a megabyte of the tier, not a whole chunk."""
+    tier = SampleTier("memory", str(tmp_path), max_bytes=64 << 20, chunk_bytes=8 << 20)
+    parts, size = _parts(300_000)
+    for row in range(60):  # 3, 6, 13 and 27 fit the first four chunks
+        assert tier.store("d/s", row, parts, size)
+    sizes = sorted(entry.stat().st_size for entry in (tier.root / "d").iterdir() if entry.name.isdigit())
+    assert sizes == [1 << 20, 2 << 20, 4 << 20, 8 << 20, 8 << 20]
+    big, big_size = _parts(3_000_000)  # larger than the next chunk would be: the chunk is made to fit it
+    assert tier.store("e/s", 0, big, big_size) and tier.load_file("e/s", 0) is not None
+    tier.close()

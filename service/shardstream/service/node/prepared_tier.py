@@ -60,6 +60,7 @@ STALE_DIRECTORY_S = 3600.0  # a dataset's entries unused this long may go to mak
 FULL_RETRY_S = 30.0  # a tier found full and with nothing stale is not looked at again for this long
 TOUCH_EVERY_S = 60.0  # how often an actor marks a dataset it reads from as used
 MIN_CHUNK_BYTES = 4096  # a smaller file among the chunks is damage
+FIRST_CHUNK_BYTES = 1 << 20  # an actor's first chunk of a dataset; each next one twice the last, up to the tier's
 
 
 @dataclass
@@ -89,6 +90,7 @@ class SampleTier:
         self._chunks = ChunkCache()
         self._lock = threading.Lock()
         self._appending: dict[str, _Appending] = {}
+        self._allocated: dict[str, int] = {}  # dataset -> the size of the last chunk this actor allocated for it
         self.stored_bytes = self.allocated_bytes = 0
         self._count()  # what datasets hold; that and the free chunks
         self._full_until = 0.0
@@ -173,7 +175,7 @@ class SampleTier:
             with self._lock:  # held through the write: no other thread closes the chunk under it
                 appending = self._appending.get(dataset)
                 if appending is None or appending.position + size > appending.file.size:
-                    claimed = self._claim(dataset)
+                    claimed = self._claim(dataset, size)
                     if claimed is None:
                         return False
                     appending = self._appending[dataset] = claimed
@@ -188,7 +190,7 @@ class SampleTier:
             return False
         return True
 
-    def _claim(self, dataset: str) -> _Appending | None:
+    def _claim(self, dataset: str, needed: int) -> _Appending | None:
         """A chunk for the dataset, opened for appending: a free one renamed into the dataset's
         directory, else one allocated now (its cost charged to the write budget, as the write's);
         None when the tier is full."""
@@ -199,22 +201,27 @@ class SampleTier:
                 os.rename(os.path.join(self.root, FREE, str(chunk)), os.path.join(directory, str(chunk)))
             except FileNotFoundError:
                 continue  # another actor claimed it first
-            appending = self._open_for_appending(dataset, chunk)
+            appending = self._open_for_appending(dataset, chunk, needed)
             if appending is not None:
                 return appending
         self._count()
-        if self.allocated_bytes + self.chunk_bytes <= self.max_bytes:
+        # Small first: a dataset of a few samples costs each actor a megabyte, not a whole chunk.
+        size = min(self.chunk_bytes, max(FIRST_CHUNK_BYTES, 2 * self._allocated.get(dataset, 0), needed))
+        if self.allocated_bytes + size <= self.max_bytes:
+            self._allocated[dataset] = size
             try:
-                return self._open_for_appending(dataset, add_chunk(str(self.root), self.chunk_bytes, into=dataset))
+                return self._open_for_appending(dataset, add_chunk(str(self.root), size, into=dataset), needed)
             except OSError as exc:  # no space left on the filesystem, no permission
                 log.warning("cannot allocate prepared-sample space in the %s tier under %s (%s): treating it as "
                             "full for %.0f s", self.name, self.root, exc, FULL_RETRY_S)
         elif self._make_room():
-            return self._claim(dataset)  # the chunks given back are free now
+            return self._claim(dataset, needed)  # the chunks given back are free now
         self._full_until = time.monotonic() + FULL_RETRY_S
         return None
 
-    def _open_for_appending(self, dataset: str, chunk: int) -> _Appending | None:
+    def _open_for_appending(self, dataset: str, chunk: int, needed: int) -> _Appending | None:
+        """The chunk, moved into the dataset's directory, opened to append `needed` bytes and more;
+        None when it is gone, damaged, or too small (then it goes back to free/)."""
         path = os.path.join(self.root, dataset, str(chunk))
         try:
             file = OpenChunk(path, writable=True)
@@ -224,6 +231,11 @@ class SampleTier:
             file.close()
             with contextlib.suppress(OSError):
                 os.unlink(path)
+            return None
+        if file.size < needed:  # a small chunk given back by another dataset: for a smaller entry
+            file.close()
+            with contextlib.suppress(OSError):
+                os.rename(path, os.path.join(self.root, FREE, str(chunk)))
             return None
         self.stored_bytes += file.size  # (counted again from the files at the next allocation)
         previous = self._appending.pop(dataset, None)
@@ -268,6 +280,7 @@ class SampleTier:
         appending = self._appending.pop(dataset, None)
         if appending is not None:
             appending.file.close()
+        self._allocated.pop(dataset, None)
         moved = 0
         os.makedirs(os.path.join(self.root, FREE), exist_ok=True)
         for entry in list(os.scandir(directory)):

@@ -1,6 +1,6 @@
 """A tier's chunk files: allocated, surveyed, and opened for entries to be written and read.
 
-A chunk is a file of CHUNK_BYTES that one actor appends a dataset's entries to (prepared_tier.py).
+A chunk is a file (of up to CHUNK_BYTES) that one actor appends a dataset's entries to (prepared_tier.py).
 It is allocated whole (``posix_fallocate``) when an actor needs one: on a tmpfs the kernel then
 allocates, zeroes and accounts its pages in one call, about 50 us per 200 KB sample on this
 project's test machines against 80-100 us for a file per sample (``python -m
