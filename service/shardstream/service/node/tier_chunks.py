@@ -105,9 +105,11 @@ class OpenChunk:
         os.pwritev(self.fd, parts, offset)
 
     def read(self, offset: int, length: int) -> np.ndarray:
-        """`length` bytes from `offset`; fewer when the file is shorter (damage)."""
-        out = np.empty(max(0, length), np.uint8)
-        got = os.preadv(self.fd, [out.data], offset) if length > 0 else 0
+        """`length` bytes from `offset`; fewer when the file is, or has become, shorter (damage). A
+        damaged length never allocates more than the chunk's size."""
+        length = min(length, max(0, self.size - offset))
+        out = np.empty(length, np.uint8)
+        got = os.preadv(self.fd, [out.data], offset) if length else 0
         return out[:got]
 
     def close(self) -> None:
@@ -134,7 +136,7 @@ class ChunkCache:
                     self._open.popitem(last=False)[1].close()
             else:
                 self._open.move_to_end(path)
-            return chunk.read(offset, min(length, max(0, chunk.size - offset)))
+            return chunk.read(offset, length)
 
     def forget(self, prefix: str) -> None:
         """Close the chunks whose path starts with `prefix` (a dataset moved away, a damaged chunk)."""
