@@ -52,7 +52,6 @@ import json
 import logging
 import os
 import platform
-import socket
 import subprocess
 import tempfile
 import time
@@ -68,6 +67,8 @@ import fsspec
 import fsspec.config
 import gcsfs
 import gcsfs.core
+
+from tests.processes import free_ports
 
 logger = logging.getLogger(__name__)
 
@@ -150,13 +151,6 @@ def _binary() -> Path:
     return binary
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def _tail(log_path: Path, lines: int = 30) -> str:
     try:
         text = log_path.read_text(errors="replace")
@@ -189,7 +183,7 @@ def _start_server(workdir: Path, log_path: Path) -> tuple[subprocess.Popen[bytes
     """Start the server and wait until it answers; retry if the port got taken."""
     deadline = time.monotonic() + _START_TIMEOUT_S
     for attempt in range(1, _PORT_ATTEMPTS + 1):
-        port = str(_free_port())
+        port = str(free_ports(1)[0])
         endpoint = f"http://127.0.0.1:{port}"
         command = [
             str(_binary()),

@@ -24,12 +24,21 @@ START_DEADLINE_S = 150
 BIN = Path(sys.executable).parent  # the environment's scripts: ray, shardstream, torchrun
 
 
+# Ray's own fixed ports (GCS, client server, dashboard, dashboard agent): a port the
+# kernel hands out may be one of them, and `ray start` refuses two components on one port.
+RAY_DEFAULT_PORTS = frozenset({6379, 8265, 10001, 52365})
+
+
 def free_ports(n: int) -> list[int]:
+    """n distinct free ports, none of them a port Ray takes by default."""
     with ExitStack() as stack:
-        sockets = [stack.enter_context(closing(socket.socket())) for _ in range(n)]
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
+        ports: list[int] = []
+        while len(ports) < n:
+            s = stack.enter_context(closing(socket.socket()))
+            s.bind(("127.0.0.1", 0))  # held open until all are chosen, so no port comes twice
+            if (port := s.getsockname()[1]) not in RAY_DEFAULT_PORTS:
+                ports.append(port)
+        return ports
 
 
 def marked_pids(marker: str) -> list[int]:

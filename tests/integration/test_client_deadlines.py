@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 import pytest
 
 from shardstream.client import RemoteLoader, ServiceUnavailable
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.processes import free_ports
 
 
 def test_unreachable_service_is_service_unavailable_within_the_deadline() -> None:
-    address = f"127.0.0.1:{free_port()}"
+    address = f"127.0.0.1:{free_ports(1)[0]}"
     started = time.monotonic()
     with pytest.raises(ServiceUnavailable, match=f"cannot reach the shardstream service at {address}"):
         RemoteLoader(address, dataset="/nowhere", batch_size=1, world_size=1, rank=0, connect_timeout=1.0)

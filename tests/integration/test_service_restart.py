@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,9 @@ import pytest
 
 from shardstream.client import RemoteLoader
 from tests.datasets import oracle_batches, write_indexed
+from tests.processes import free_ports
 
 START_DEADLINE_S = 120
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_service(port: int, log_path: str) -> subprocess.Popen[bytes]:
@@ -59,7 +53,7 @@ def test_service_killed_and_restarted_mid_epoch(tmp_path: object) -> None:
     again: the rank's decoders vanish with it."""
     data, log = f"{tmp_path}/data", f"{tmp_path}/serve.log"
     write_indexed(data, [60, 41])
-    port = free_port()
+    port = free_ports(1)[0]
     first = start_service(port, log)
     second = None
     try:

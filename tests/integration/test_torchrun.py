@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import uuid
@@ -12,6 +11,7 @@ import uuid
 import pytest
 
 from tests.datasets import oracle_batches, write_indexed
+from tests.processes import free_ports
 
 SHARDS = [10, 3, 0, 8]
 VAL_SHARDS = [7, 6]
@@ -60,12 +60,6 @@ def test_a_train_and_a_validation_loader_get_distributed_sampler_batches(
             assert record["epochs"][f"val{epoch}"] == oracle_batches(n_val, 2, rank, 5, False, 0, False, epoch)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.slow
 def test_a_restart_of_the_run_at_another_world_size_resumes_from_the_state(
         service_address: str, datasets: tuple[str, str, str]) -> None:
@@ -76,10 +70,10 @@ def test_a_restart_of_the_run_at_another_world_size_resumes_from_the_state(
     train = os.path.join(out, "even")
     write_indexed(train, [12, 12])
     run = ["--rdzv-backend", "c10d", "--rdzv-id", f"elastic-{uuid.uuid4().hex[:8]}"]
-    saved = _torchrun([*run, "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--nproc-per-node", "2"],
+    saved = _torchrun([*run, "--rdzv-endpoint", f"127.0.0.1:{free_ports(1)[0]}", "--nproc-per-node", "2"],
                       service_address, train, val, out, "save")
     assert saved.returncode == 0, saved.stderr[-4000:]
-    resumed = _torchrun([*run, "--rdzv-endpoint", f"127.0.0.1:{_free_port()}", "--nproc-per-node", "1"],
+    resumed = _torchrun([*run, "--rdzv-endpoint", f"127.0.0.1:{free_ports(1)[0]}", "--nproc-per-node", "1"],
                         service_address, train, val, out, "resume")
     assert resumed.returncode == 0, resumed.stderr[-4000:]
     n = 24
