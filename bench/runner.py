@@ -33,7 +33,7 @@ from tqdm import tqdm
 
 from bench.config import CACHE_DIR, BenchConfig
 from bench.consumer import ConsumerFailed, background_consumer, run_consumer
-from bench.decode_limit import measure as measure_decode_limit
+from bench.decode_limit import measure_in_processes as measure_decode_limit
 from bench.decode_limit import summarize as summarize_decode_limit
 from bench.machine import load_average, machine_info
 from bench.results import SCHEMA

@@ -186,6 +186,49 @@ def test_framed_samples_take_the_dtype_np_stack_would_give(columns_index: Datase
     assert framed.message == encode_batch(0, 0, 0, plain.arrays, plain.indices)
 
 
+def _one_slot() -> Any:
+    """An allocate that gives the same memory every time, as a rank's shared-memory slot does."""
+    memory = np.zeros(1 << 20, dtype=np.uint8)
+
+    def allocate(size: int) -> tuple[np.ndarray, np.ndarray]:
+        return memory[:size], memory[:size]
+
+    return allocate
+
+
+def test_samples_copied_into_the_message_before_one_that_differs_are_framed_again_intact(
+        columns_index: DatasetIndex) -> None:
+    """Each sample is copied into the message as it is made; a later one with another dtype stops
+    that, and the batch is framed again, in the same memory when the memory is a slot: the samples
+    copied so far must come out of it first."""
+    job, indices = _job(columns_index), np.array([1, 3, 2, 5], dtype=np.int64)  # float32, float32, float64, ...
+    reader = memory_reader(job.index)
+    plain = decode_batch(job, reader, _MixedDtypes(), 0, indices)
+    framed = decode_batch(job, reader, _MixedDtypes(), 0, indices, FrameHeader(0, 0, 0), _one_slot())
+    assert bytes(framed.message) == encode_batch(0, 0, 0, plain.arrays, plain.indices)
+
+
+def test_a_replaced_sample_after_copied_ones_is_framed_with_its_index_in_a_slot(images_index: DatasetIndex) -> None:
+    job = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip")
+    indices = np.array([1, 3, 4, 0], dtype=np.int64)  # 4 is corrupt: replaced by 6
+    reader = memory_reader(job.index)
+    built = build_transform(job.transform, job.transform_args, ())
+    plain = decode_batch(job, reader, built, 0, indices)
+    framed = decode_batch(job, reader, built, 0, indices, FrameHeader(0, 1, 2), _one_slot())
+    assert framed.replaced == 1 and framed.indices.tolist() == [1, 3, 6, 0]
+    assert bytes(framed.message) == encode_batch(0, 1, 2, plain.arrays, plain.indices, plain.replaced)
+
+
+def test_samples_framed_as_they_are_made_are_the_bytes_the_stack_gives(images_index: DatasetIndex) -> None:
+    job, indices = _job(images_index, "image", IMAGE_ARGS), np.array([7, 1, 3, 0, 2], dtype=np.int64)
+    reader = memory_reader(job.index)
+    built = build_transform(job.transform, job.transform_args, ())
+    plain = decode_batch(job, reader, built, 1, indices)
+    framed = decode_batch(job, reader, built, 1, indices, FrameHeader(1, 0, 3), _one_slot())
+    assert bytes(framed.message) == encode_batch(1, 0, 3, plain.arrays, plain.indices)
+    assert np.shares_memory(framed.arrays["image"], framed.message)  # no copy after the last sample
+
+
 def test_a_transform_with_its_own_collate_is_left_for_the_batch_server_to_frame(
         columns_index: DatasetIndex) -> None:
     job = _job(columns_index)

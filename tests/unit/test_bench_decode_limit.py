@@ -10,7 +10,15 @@ import pyarrow.parquet as pq
 import pytest
 
 from bench.augment import crop_flip_chw
-from bench.decode_limit import cpu_per_1k, decoders, fastest, limit_text, summarize, workload_images
+from bench.decode_limit import (
+    cpu_per_1k,
+    decoders,
+    fastest,
+    limit_text,
+    measure_in_processes,
+    summarize,
+    workload_images,
+)
 from bench.workload import encode_jpeg, synthetic_image
 
 IMAGES = [encode_jpeg(synthetic_image(0, i, 64), 90) for i in range(6)]
@@ -56,3 +64,10 @@ def test_summary_medians_and_the_fastest() -> None:
     text = limit_text({"decode_limit": summary})
     assert text.index("simplejpeg 0.150") < text.index("pillow 0.400")
     assert limit_text({}) == ""
+
+
+def test_measured_in_new_processes_every_decoder_has_its_figure(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"image": pa.array(IMAGES, pa.binary())}), tmp_path / "part-00000.parquet")
+    limits = measure_in_processes(tmp_path, 48, processes=2, samples=6, passes=1)
+    assert set(limits) == {"pillow", "simplejpeg"}
+    assert all(0 < value < 1000 for value in limits.values())

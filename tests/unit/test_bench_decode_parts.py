@@ -32,7 +32,7 @@ def test_each_decode_thread_stack_counts_once_in_its_innermost_part() -> None:
     assert parts["pixel copies (convert, np.asarray -> tobytes)"] == 6
     assert parts["per-sample RNG (np.random.default_rng)"] == 4
     assert parts["reading rows (Arrow -> Python bytes)"] == 4
-    assert parts["collate into the message (np.stack)"] == 8
+    assert parts["collate into the message (each sample copied in as it is made)"] == 8
     assert parts["the rest of decode_batch (the per-sample loop)"] == 2
 
 

@@ -8,8 +8,9 @@ counted.
 
 Given the message header (the batch server's path), a batch is collated
 straight into the message that is sent (wire.BatchFrame): pre-decoded
-columns are gathered into it, a transform's samples stacked into it, and
-that is the batch's only copy before gRPC's. A transform with a collate of
+columns are gathered into it, a transform's samples copied into it one by
+one as they are made (frame_filler.py), and that is the batch's only copy
+before gRPC's. A transform with a collate of
 its own, or samples that cannot be framed ahead (their shapes differ, or a
 dtype cannot travel), are framed by the batch server, with one copy more.
 """
@@ -35,6 +36,7 @@ from shardstream.service.node.batch_bytes import (
     gathered_nbytes,
     sample_nbytes,
 )
+from shardstream.service.node.frame_filler import FrameFiller
 from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import Piece, ShardReader
@@ -139,6 +141,9 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     missing = [position for position in range(len(used)) if position not in prepared]
     rows = dict(zip(missing, reader.rows(used[missing]), strict=True)) if missing else {}
     samples: list[dict[str, Any]] = []
+    own_collate = getattr(transform, "collate", None)
+    filler = FrameFiller(header, used, allocate, samples) if (
+        header is not None and own_collate is None and collation.stacks_only) else None
     replaced = 0
     built = 0  # bytes of the samples so far
     augment = getattr(transform, "augment", None)
@@ -151,24 +156,31 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 if sample is None:
                     sample = _prepare(transform, rows.pop(position))
                     _keep(prepared_samples, index, sample)
-                samples.append(augment(sample, rngs[position]) if augment is not None else sample)
+                sample = augment(sample, rngs[position]) if augment is not None else sample
             except Exception as exc:
                 if job.on_corrupt != "skip":
                     raise _corrupt(job, index, exc) from None
                 index, sample = _replacement(job, reader, transform, epoch, index)
                 used[position] = index
-                samples.append(sample)
                 replaced += 1
+                if filler is not None:
+                    filler.stop()  # its message names the planned index
+            if filler is not None:
+                filler.append(sample)  # copied into the message while it is in cache
+            else:
+                samples.append(sample)
             built += sample_nbytes(samples[-1])
             check_batch_bytes(built, job.max_batch_bytes, position + 1, len(used),
                               lambda: f"samples {_first_and_last(job, used)}")
     finally:
         if prepared_samples is not None:
             prepared_samples.send_to_homes()
-    own_collate = getattr(transform, "collate", None)
     if own_collate is not None:
         return DecodedBatch(arrays=to_wire(own_collate(samples), f"{job.transform}.collate"), indices=used,
                             replaced=replaced)
+    filled = filler.filled() if filler is not None else None
+    if filled is not None:
+        return DecodedBatch(arrays=filled.arrays, indices=used, replaced=replaced, message=filled.message)
     if collation.stacks_only and header is not None and samples and samples[0]:
         framed = _collate_framed(samples, header, used, replaced, allocate)
         if framed is not None:
