@@ -78,7 +78,8 @@ def _system_row(label: str, entry: dict[str, Any]) -> list[str]:
         _num(m["cpu_self_per_1k"], ".3f"),
         _num(m["cpu_children_per_1k"], ".3f"),
         (_num(m.get("server_cpu_per_1k"), ".3f") if "server_cpu_per_1k" in m else "-")
-        + (f" (cache verify {_num(m['cache_verify_cpu_per_1k'], '.4f')})" if "cache_verify_cpu_per_1k" in m else ""),
+        + (f" (cache verify {_num(m['cache_verify_cpu_per_1k'], '.4f')})" if "cache_verify_cpu_per_1k" in m else "")
+        + (f" (cache keep {_num(m['cache_keep_cpu_per_1k'], '.3f')})" if "cache_keep_cpu_per_1k" in m else ""),
         _num(m["rss_peak_mb"], ",.0f"),
         _num(m["rss_growth_mb"], ",.0f"),
         _num(m["stall_fraction"] * 100, ".0f") + "%",

@@ -31,6 +31,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from bench.cache_seconds import KEEP_METRIC, REPORT_WAIT_S, VERIFY_METRIC, free_port, seconds_total
 from bench.config import CACHE_DIR, BenchConfig
 from bench.consumer import ConsumerFailed, background_consumer, run_consumer
 from bench.decode_limit import measure_in_processes as measure_decode_limit
@@ -49,7 +50,6 @@ from bench.stats import foreign_load_cores, summarize
 from bench.systems.spdl_pipeline import spdl_available
 from bench.systems.tfrecords import tfrecord_dir
 from bench.targets import all_passed, evaluate
-from bench.verify_cost import VERIFY_REPORT_WAIT_S, free_port, verify_seconds
 from bench.workload import describe, jpeg_workload, prime_page_cache, transport_dataset
 
 log = logging.getLogger(__name__)
@@ -196,13 +196,13 @@ class Runner:
                 self._bar.update(1)
 
     def _measure(self, spec: ConsumerSpec, label: str, server_pid: int | None = None,
-                 ) -> dict[str, Any]:
+                 metrics_port: int | None = None) -> dict[str, Any]:
         """A measured consumer run, repeated while other work on the machine disturbed it."""
         cfg = self.config
         best: dict[str, Any] | None = None
         for attempt in range(1 + cfg.retries):
             result = (self._consume(spec, label) if server_pid is None
-                      else self._consume_served(spec, label, server_pid))
+                      else self._consume_served(spec, label, server_pid, metrics_port))
             result["foreign_load_cores"] = foreign_load_cores(result)
             result["attempt"] = attempt + 1
             if best is None or result["foreign_load_cores"] < best["foreign_load_cores"]:
@@ -218,17 +218,23 @@ class Runner:
         assert best is not None
         return best
 
-    def _consume_served(self, spec: ConsumerSpec, label: str, server_pid: int) -> dict[str, Any]:
+    def _consume_served(self, spec: ConsumerSpec, label: str, server_pid: int,
+                        metrics_port: int | None = None) -> dict[str, Any]:
         """A consumer run, plus the CPU its server's process tree spent meanwhile, per 1000 samples:
         from the loader's construction to its last batch (warm-up and measured epochs), as the
-        consumer measures it (meter.py)."""
+        consumer measures it (meter.py); given the service's metrics port, the part of it the
+        decoders spent keeping prepared samples (cache_seconds.py)."""
         spec = dataclasses.replace(spec, server_pid=server_pid)
+        kept = seconds_total(metrics_port, KEEP_METRIC) if metrics_port else 0.0
         result = self._consume(spec, label)
         cpu = result.pop("server_cpu_s")
         per_1k = 1000 / max(1, result["samples"])
         result["server_cpu_per_1k"] = sum(cpu.values()) * per_1k
         for role, seconds in cpu.items():
             result[f"server_{role}_cpu_per_1k"] = seconds * per_1k
+        if metrics_port:
+            time.sleep(REPORT_WAIT_S)  # the decoders' last report reaches the head
+            result["cache_keep_cpu_per_1k"] = (seconds_total(metrics_port, KEEP_METRIC) - kept) * per_1k
         return result
 
     # -- the JPEG workload ------------------------------------------------------------------
@@ -323,11 +329,13 @@ class Runner:
     def _shardstream_round(self, entry: dict[str, Any], workload_dir: Path, rep: int) -> None:
         """First epochs, each on a fresh service with an empty cache: through shared memory (the
         main row), then on the network path."""
-        with self._service(rep, "cold") as service:
+        metrics_port = free_port()  # the decoders' time keeping samples, scraped around the measured run
+        with self._service(rep, "cold", metrics_port=str(metrics_port)) as service:
             address = f"127.0.0.1:{service.announced}"
             cold = self._warm_up(workload_dir, address, f"warmup{rep}", f"shardstream-warmup-rep{rep}")
             entry["runs"].append(self._measure(self._cold_epoch(
-                workload_dir, address, f"bench-{self.run_id}-rep{rep}"), f"shardstream-rep{rep}", service.pid))
+                workload_dir, address, f"bench-{self.run_id}-rep{rep}"), f"shardstream-rep{rep}", service.pid,
+                metrics_port))
         entry["service_rounds"].append({"start_s": service.start_s, "ttfb_cold_s": cold["ttfb_s"],
                                         "num_decoders": self.config.cores})
         # The same on the network path: what the consumer and decoders pay when they are on
@@ -350,13 +358,13 @@ class Runner:
             fill = self._workload_spec("shardstream", workload_dir, address, f"bench-{self.run_id}-fill{rep}")
             fill.epochs, fill.warmup_batches = 1, 1
             self._consume(fill, f"shardstream-prepared-fill-rep{rep}")
-            verified = verify_seconds(metrics_port)
+            verified = seconds_total(metrics_port, VERIFY_METRIC)
             run = self._measure(self._workload_spec(
                 "shardstream", workload_dir, address, f"bench-{self.run_id}-prepared{rep}"),
                 f"shardstream-prepared-rep{rep}", service.pid)
             # Reports reach the head once a reconcile interval: wait for the last one.
-            time.sleep(VERIFY_REPORT_WAIT_S)
-            run["cache_verify_cpu_per_1k"] = ((verify_seconds(metrics_port) - verified) * 1000
+            time.sleep(REPORT_WAIT_S)
+            run["cache_verify_cpu_per_1k"] = ((seconds_total(metrics_port, VERIFY_METRIC) - verified) * 1000
                                               / max(1, run["samples"]))
             entry["prepared_cache"]["runs"].append(run)
             self._second_job(entry, workload_dir, address, rep)

@@ -132,10 +132,12 @@ def evaluate(results: dict[str, Any]) -> list[Target]:
     decoders = _median(results, "shardstream", "server_decoders_cpu_per_1k")
     limit = fastest(results)
     server = _median(results, "shardstream", "server_cpu_per_1k")
+    keep = _median(results, "shardstream", "cache_keep_cpu_per_1k")
+    keeping = f", of which keeping prepared samples {_fmt(keep, '.3f')}" if keep is not None else ""
     targets.append(_target(
         "decode actors' CPU/sample vs one core's decode + crop + flip", _ratio(decoders, limit and limit[1]),
         "<=", DECODE_VS_LIMIT, "x",
-        f"decode actors {_fmt(decoders, '.3f')} (whole service {_fmt(server, '.3f')}) / "
+        f"decode actors {_fmt(decoders, '.3f')}{keeping} (whole service {_fmt(server, '.3f')}) / "
         f"{limit[0] if limit else 'single core'} {_fmt(limit and limit[1], '.3f')} CPU-s per 1000 samples"))
 
     control = _control_cpu_per_gb(results)

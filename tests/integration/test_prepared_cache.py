@@ -101,6 +101,7 @@ def test_batches_are_the_same_bytes_cold_warm_and_off_and_a_second_job_starts_wa
     assert metrics[("shardstream_prepared_cache_hits_total", (node, ("tier", "memory")))] == second.prepared_memory_hits
     assert metrics[("shardstream_prepared_cache_misses_total", (node,))] == second.prepared_misses
     assert metrics[("shardstream_prepared_cache_bytes", (node, ("tier", "disk")))] == second.prepared_disk_bytes
+    assert metrics[("shardstream_prepared_cache_keep_seconds_total", (node,))] > 0  # the N samples' writes
 
 
 def test_a_rewritten_shard_is_prepared_again_not_served_stale(

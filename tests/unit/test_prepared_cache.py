@@ -225,10 +225,12 @@ def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Pa
     np.testing.assert_array_equal(spent.arrays["image"], plain.arrays["image"])
     delta = counters.take_delta()
     assert (delta.prepared_misses, delta.prepared_deferred, cache.tiers[0].stored_bytes) == (2, 2, 0)
+    assert delta.keep_seconds == 0
     now[0] += 1.0  # a second later: 0.05 s of writing to spend
     decode_batch(job, memory_reader(index), transform, 1, indices, prepared_samples=samples)
     delta = counters.take_delta()
     assert (delta.prepared_misses, delta.prepared_deferred) == (2, 0) and cache.tiers[0].stored_bytes > 0
+    assert 0 < delta.keep_seconds < 1  # the time keeping them took, counted for the metric
     decode_batch(job, memory_reader(index), transform, 2, indices, prepared_samples=samples)
     assert counters.take_delta().prepared_memory_hits == 2
 

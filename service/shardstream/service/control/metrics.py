@@ -202,11 +202,15 @@ class _StateCollector(Collector):
         verify = CounterMetricFamily("shardstream_cache_verify_seconds",
                                      "Time decode actors spent verifying cache entries' keys and checksums",
                                      labels=["node"])
+        keep = CounterMetricFamily("shardstream_prepared_cache_keep_seconds",
+                                   "Time decode actors spent keeping prepared samples (encoding, checksums, "
+                                   "writes), within their write budget", labels=["node"])
         for node, reads in sorted(self.pool.nodes.reads_by_node().items()):
             for cache in FAULT_CACHES:  # at 0 from the start, so rate() sees a cause's first fault
                 for cause in CAUSES:
                     faults.add_metric([node, cache, cause], reads.faults.get((cache, cause), 0))
             verify.add_metric([node], reads.verify_seconds)
+            keep.add_metric([node], reads.keep_seconds)
             storage.add_metric([node], reads.storage_bytes)
             groups.add_metric([node], reads.storage_reads)
             for tier in TIERS:
@@ -220,7 +224,7 @@ class _StateCollector(Collector):
             prepared_misses.add_metric([node], reads.prepared_misses)
             prepared_deferred.add_metric([node], reads.prepared_deferred)
         yield from (storage, groups, hits, misses, cached, prepared_hits, prepared_misses, prepared_deferred, prepared_bytes, faults,
-                    verify)
+                    verify, keep)
 
 
 __all__ = ["DECODERS_WANTED", "ServiceMetrics"]

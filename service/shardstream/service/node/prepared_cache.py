@@ -302,7 +302,9 @@ class JobSamples:
         try:
             self._keep(index, sample)
         finally:
-            budget.spent(time.perf_counter() - started, self.hit_rate)
+            seconds = time.perf_counter() - started
+            budget.spent(seconds, self.hit_rate)
+            self.cache.counters.count(keep_seconds=seconds)
 
     def _keep(self, index: int, sample: dict[str, Any]) -> None:
         key = self._key(index)

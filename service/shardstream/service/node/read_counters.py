@@ -39,6 +39,7 @@ class ReadCounters:
     prepared_disk_bytes: int = 0
     verify_seconds: float = 0.0  # spent checking cache entries' keys and checksums (both caches)
     verified_bytes: int = 0  # ... over this many bytes
+    keep_seconds: float = 0.0  # spent keeping prepared samples: encoding, checksums, writes (write_budget.py)
     faults: dict[tuple[str, str], int] = field(default_factory=dict)  # (cache, cause) -> entries refused
 
     def __post_init__(self) -> None:
