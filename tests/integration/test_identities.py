@@ -289,7 +289,8 @@ def test_a_rotated_tokens_file_is_picked_up_without_a_restart(service: tuple[Ser
             loader.set_epoch(0)
             assert [b["idx"].tolist() for b in loader] == _expected()
             tokens_file.write_text('{"identities": {"team-a": {"tok')  # caught half-written: ignored
-            time.sleep(2.5)
+            assert running.gate is not None
+            _within(lambda: running.gate is not None and running.gate.file.rejected is not None)  # read and refused
             assert _accepted(address, new) and not _accepted(address, A)
     finally:
         write_tokens_file(tokens_file, identities(base))

@@ -120,12 +120,15 @@ def test_the_file_is_read_again_when_it_changes_and_kept_when_it_is_broken(tmp_p
     write_tokens_file(path, {"a": entry(A), "b": entry(TOKENS["team-b"])})
     changed = watched.refresh()
     assert changed is not None and set(changed.identities) == {"a", "b"} and watched.table is changed
+    assert watched.rejected is None
     path.write_text('{"identities": {"a": {"tok')  # caught half-written
     assert watched.refresh() is None and watched.table is changed
+    assert watched.rejected is not None and "tokens file" in watched.rejected  # what a test can wait for
     os.remove(path)  # gone (a Secret being replaced)
     assert watched.refresh() is None and watched.table is changed
     write_tokens_file(path, {"b": entry(TOKENS["team-b"])})
     assert set(watched.refresh().identities) == {"b"}  # type: ignore[union-attr]
+    assert watched.rejected is None
 
 
 def test_a_file_that_does_not_load_stops_the_service_at_start(tmp_path: Path) -> None:

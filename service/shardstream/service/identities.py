@@ -188,6 +188,11 @@ class IdentityFile:
         self.table = parse_text(self._contents, self.source, priority_classes)  # at start: a ValueError
         self._rejected: bytes | str | None = None  # what was last warned about, to warn once
 
+    @property
+    def rejected(self) -> str | None:
+        """Why the file, as last read, was not loaded (the previous table kept); None once it loads."""
+        return None if self._rejected is None else str(self._rejected)
+
     def _stat(self) -> tuple[int, int, int]:
         try:
             st = os.stat(self.path)
