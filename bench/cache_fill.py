@@ -25,17 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-import psutil
 
+from bench.cache_seconds import REPORT_WAIT_S
 from bench.config import CACHE_DIR, full_config, quick_config
+from bench.procstats import process_tree_cpu, tree_cpu_delta
 from bench.report import markdown_table
 from bench.services import shardstream_service
 from bench.workload import jpeg_workload
 from shardstream.client import RemoteLoader
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
-
-REPORT_WAIT_S = 2.5  # the decode actors report their counters once a second
 
 
 @dataclass(frozen=True)
@@ -45,18 +44,6 @@ class Epoch:
     samples_per_s: float
     cpu_per_1k: float
     reads: pb.NodeReads  # the node's counters after the epoch (cumulative)
-
-
-def _tree_cpu(pid: int) -> float:
-    total = 0.0
-    root = psutil.Process(pid)
-    for process in [root, *root.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        total += times.user + times.system
-    return total
 
 
 def _reads(address: str) -> pb.NodeReads:
@@ -99,11 +86,11 @@ def measure(dataset: Path, cores: int, crop: int, epochs: int) -> list[Epoch]:
                                   transform_args={"size": crop}, columns=["image", "label"], prefetch=4) as loader:
                     for epoch in range(count):
                         loader.set_epoch(epoch)
-                        cpu, started, samples = _tree_cpu(service.pid), time.perf_counter(), 0
+                        cpu, started, samples = process_tree_cpu(service.pid), time.perf_counter(), 0
                         for batch in loader:
                             samples += len(batch["label"])
                         elapsed = time.perf_counter() - started
-                        used = _tree_cpu(service.pid) - cpu
+                        used = sum(tree_cpu_delta(cpu, process_tree_cpu(service.pid)).values())
                         time.sleep(REPORT_WAIT_S)
                         results.append(Epoch(job, epoch, samples / elapsed, used / samples * 1000, _reads(address)))
     finally:

@@ -10,12 +10,13 @@ own key and checksum.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import struct
 import threading
 import time
+
+from shardstream.service.node.open_files import OpenFiles
 
 SLOT = struct.Struct("<Q")
 GROW_ROWS = 8192  # the file grows by this many slots (64 KiB) at a time
@@ -25,6 +26,11 @@ ENTRY_ALIGN = 64  # entries start at multiples of this in a chunk (their arrays 
 
 
 OFFSET_BITS = 20  # offsets / ENTRY_ALIGN: chunks of up to 64 MiB; the other 44 bits: the chunk's id + 1
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
 
 
 def slot_of(chunk: int, offset: int) -> int:
@@ -43,7 +49,7 @@ class SampleIndex:
 
     def __init__(self, root: str) -> None:
         self.root = root
-        self._files: collections.OrderedDict[str, int] = collections.OrderedDict()  # folder -> descriptor
+        self._files: OpenFiles[int] = OpenFiles(OPEN_INDEXES, _close_quietly)  # folder -> descriptor
         self._absent: dict[str, float] = {}  # folder -> when its index was found missing
         self._lock = threading.Lock()
 
@@ -54,7 +60,6 @@ class SampleIndex:
         """The folder's open index (the caller holds the lock)."""
         fd = self._files.get(folder)
         if fd is not None:
-            self._files.move_to_end(folder)
             return fd
         if not create and time.monotonic() - self._absent.get(folder, -ABSENT_S) < ABSENT_S:
             return None  # looked for just now: a first epoch asks for each shard's rows many times
@@ -67,11 +72,8 @@ class SampleIndex:
                 return None
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        self._files[folder] = fd
         self._absent.pop(folder, None)
-        while len(self._files) > OPEN_INDEXES:
-            os.close(self._files.popitem(last=False)[1])
-        return fd
+        return self._files.add(folder, fd)
 
     def get(self, folder: str, row: int) -> int:
         """The row's slot (0: not held). OSError when the index cannot be read."""
@@ -111,9 +113,7 @@ class SampleIndex:
     def forget(self, prefix: str) -> None:
         """Close the files of folders under `prefix` (a dataset removed to make room)."""
         with self._lock:
-            for folder in [f for f in self._files if f.startswith(prefix)]:
-                with contextlib.suppress(OSError):
-                    os.close(self._files.pop(folder))
+            self._files.forget(prefix)
 
     def close(self) -> None:
         self.forget("")

@@ -12,7 +12,6 @@ damage then reads short: a miss, not a fault that kills the process.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import os
 import secrets
@@ -20,6 +19,8 @@ import threading
 from dataclasses import dataclass
 
 import numpy as np
+
+from shardstream.service.node.open_files import OpenFiles
 
 CHUNK_BYTES = 32 << 20
 FREE = "free"  # the directory of chunks allocated and not claimed: given back by a dataset removed
@@ -120,8 +121,7 @@ class ChunkCache:
     """The chunk files one process has open in one tier, the least recently used closed first."""
 
     def __init__(self, capacity: int = OPEN_CHUNKS) -> None:
-        self.capacity = capacity
-        self._open: collections.OrderedDict[str, OpenChunk] = collections.OrderedDict()
+        self._open: OpenFiles[OpenChunk] = OpenFiles(capacity, OpenChunk.close)
         self._lock = threading.Lock()
 
     def read(self, path: str, offset: int, length: int) -> np.ndarray:
@@ -129,20 +129,13 @@ class ChunkCache:
         (FileNotFoundError) when it cannot be read. Under the lock, so no other thread closes the
         file while it is read."""
         with self._lock:
-            chunk = self._open.get(path)
-            if chunk is None:
-                chunk = self._open[path] = OpenChunk(path)
-                while len(self._open) > self.capacity:
-                    self._open.popitem(last=False)[1].close()
-            else:
-                self._open.move_to_end(path)
+            chunk = self._open.get(path) or self._open.add(path, OpenChunk(path))
             return chunk.read(offset, length)
 
     def forget(self, prefix: str) -> None:
         """Close the chunks whose path starts with `prefix` (a dataset moved away, a damaged chunk)."""
         with self._lock:
-            for path in [p for p in self._open if p.startswith(prefix)]:
-                self._open.pop(path).close()
+            self._open.forget(prefix)
 
 
 __all__ = ["CHUNK_BYTES", "FREE", "ChunkCache", "OpenChunk", "Survey", "add_chunk", "allocate", "chunk_id",
