@@ -23,7 +23,12 @@ $(VENV)/.installed: pyproject.toml
 	$(PIP) install -q --no-deps --target $(REFERENCES) "$(TORCHVISION)"
 	touch $@
 
-setup: $(VENV)/.installed
+# The native JPEG crop: built by the install above, and again when its source changes.
+NATIVE := service/shardstream/service/transforms/_jpeg_crop.so
+$(NATIVE): service/native/jpeg_crop.c service/build_native.py | $(VENV)/.installed
+	$(PY) service/build_native.py
+
+setup: $(VENV)/.installed $(NATIVE)
 
 demo: setup
 	$(PY) examples/demo.py

@@ -4,10 +4,12 @@
 
 For each JPEG decoder available (Pillow, as DataLoader's workers use it,
 bench/augment.py; simplejpeg, libjpeg-turbo straight into numpy, as the
-image transform uses it where its pixels are Pillow's), one thread decodes
-the workload's own JPEGs, read into memory first, takes the random crop and
-flip and makes the CHW copy (``crop_flip_chw``): CPU seconds of that thread
-(``thread_time``) per 1000 samples, the least of a few passes. ``python -m
+image transform uses it where its pixels are Pillow's; and the service's
+native crop, transforms/jpeg_crop.py, which decodes only what the crop needs
+straight into its planes), one thread decodes the workload's own JPEGs, read
+into memory first, takes the random crop and flip and makes the CHW copy
+(``crop_flip_chw``; the native crop does all of it in one call): CPU seconds
+of that thread (``thread_time``) per 1000 samples, the least of a few passes. ``python -m
 bench`` measures it in every round, beside the systems, as the mean over a
 few new processes (``measure_in_processes``), and judges the
 decode actors' CPU per sample against the fastest decoder's
@@ -55,12 +57,43 @@ def _simplejpeg(data: bytes) -> np.ndarray:
     return simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=False, fastupsample=False)  # type: ignore[no-any-return]
 
 
-def decoders() -> dict[str, Callable[[bytes], np.ndarray]]:
-    """The decoders installed here, by name: bytes -> uint8 [H, W, 3]."""
-    found: dict[str, Callable[[bytes], np.ndarray]] = {"pillow": decode_jpeg}
+Work = Callable[[bytes, int, np.random.Generator], np.ndarray]  # (JPEG, crop, rng) -> uint8 [3, crop, crop]
+
+
+def _full_then_crop(decode: Callable[[bytes], np.ndarray]) -> Work:
+    return lambda data, crop, rng: crop_flip_chw(decode(data), crop, rng)
+
+
+def _native_crop(data: bytes, crop: int, rng: np.random.Generator) -> np.ndarray:
+    """The service's own path (transforms/jpeg_crop.py): the header read, the same draws as
+    crop_flip_chw, and one call that decodes only what the crop needs into its planes."""
+    from shardstream.service.transforms import jpeg_crop, jpeg_decode
+
+    width, height = jpeg_decode.jpeg_size(data)[:2]  # type: ignore[index]
+    top = int(rng.integers(0, height - crop + 1))
+    left = int(rng.integers(0, width - crop + 1))
+    out = np.empty((3, crop, crop), np.uint8)
+    if not jpeg_crop.crop_into(data, 3, width, height, top, left, rng.random() < 0.5, out):
+        raise ValueError("the native crop did not decode a workload JPEG")
+    return out
+
+
+def decoders() -> dict[str, Work]:
+    """The decoders installed here, by name: each decodes, crops, flips and makes the CHW copy."""
+    found: dict[str, Work] = {"pillow": _full_then_crop(decode_jpeg)}
     if importlib.util.find_spec("simplejpeg") is not None:
-        found["simplejpeg"] = _simplejpeg
+        found["simplejpeg"] = _full_then_crop(_simplejpeg)
+    if _native_available():
+        found["native crop"] = _native_crop
     return found
+
+
+def _native_available() -> bool:
+    try:
+        from shardstream.service.transforms import jpeg_crop
+    except ImportError:
+        return False
+    return jpeg_crop.available()
 
 
 def workload_images(directory: Path, count: int) -> list[bytes]:
@@ -73,15 +106,14 @@ def workload_images(directory: Path, count: int) -> list[bytes]:
     return images[:count]
 
 
-def cpu_per_1k(images: Sequence[bytes], decode: Callable[[bytes], np.ndarray], crop: int,
-               passes: int = PASSES) -> float:
+def cpu_per_1k(images: Sequence[bytes], work: Work, crop: int, passes: int = PASSES) -> float:
     """CPU-s of this thread per 1000 samples of decode + crop + flip + CHW copy, the least of `passes`."""
     rng = np.random.default_rng(0)
     best = float("inf")
     for _ in range(passes):
         started = time.thread_time()
         for data in images:
-            crop_flip_chw(decode(data), crop, rng)
+            work(data, crop, rng)
         best = min(best, time.thread_time() - started)
     return best * 1000 / max(1, len(images))
 
@@ -89,7 +121,7 @@ def cpu_per_1k(images: Sequence[bytes], decode: Callable[[bytes], np.ndarray], c
 def measure(directory: Path, crop: int, samples: int = SAMPLES, passes: int = PASSES) -> dict[str, float]:
     """Decoder name -> its single-core CPU-s per 1000 samples on the workload in `directory`."""
     images = workload_images(directory, samples)
-    return {name: cpu_per_1k(images, decode, crop, passes) for name, decode in decoders().items()}
+    return {name: cpu_per_1k(images, work, crop, passes) for name, work in decoders().items()}
 
 
 def measure_in_processes(directory: Path, crop: int, processes: int = PROCESSES, samples: int = SAMPLES,

@@ -20,8 +20,8 @@ _LINE_NUMBER = re.compile(r":\d+\)$")
 
 # (part, substrings of a frame that put a stack in it); the first part matched wins.
 PARTS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("JPEG decode (entropy decoding, IDCT, colour conversion)",
-     ("ImageFile.load (", "(service/transforms/jpeg_decode.py)")),
+    ("JPEG decode (entropy decoding, IDCT, colour conversion; the native crop's planes too)",
+     ("ImageFile.load (", "(service/transforms/jpeg_decode.py)", "(service/transforms/jpeg_crop.py)")),
     ("Image.open (parsing the headers)", ("open (PIL/Image.py)",)),
     ("pixel copies (convert, np.asarray -> tobytes)",
      ("Image.tobytes (", "Image.copy (", "Image.convert (", "__array_interface__")),

@@ -19,7 +19,7 @@ from shardstream.service.node.batching import (
     check_job_schema,
     decode_batch,
 )
-from shardstream.service.transforms import SampleTransform, build_transform
+from shardstream.service.transforms import SampleTransform, build_transform, jpeg_crop
 from tests.datasets import memory_reader, write_images, write_indexed
 
 IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
@@ -219,14 +219,47 @@ def test_a_replaced_sample_after_copied_ones_is_framed_with_its_index_in_a_slot(
     assert bytes(framed.message) == encode_batch(0, 1, 2, plain.arrays, plain.indices, plain.replaced)
 
 
-def test_samples_framed_as_they_are_made_are_the_bytes_the_stack_gives(images_index: DatasetIndex) -> None:
-    job, indices = _job(images_index, "image", IMAGE_ARGS), np.array([7, 1, 3, 0, 2], dtype=np.int64)
+def test_samples_framed_as_they_are_made_are_the_bytes_the_stack_gives(images_index: DatasetIndex,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """PNGs and JPEGs: the JPEGs after the first sample are decoded straight into their rows by the
+    native crop (the first frames the message), and the message is what the Python path stacks."""
+    crops = _counted(monkeypatch)
+    job, indices = _job(images_index, "image", IMAGE_ARGS), np.array([7, 1, 3, 0, 2, 8], dtype=np.int64)
     reader = memory_reader(job.index)
     built = build_transform(job.transform, job.transform_args, ())
     plain = decode_batch(job, reader, built, 1, indices)
+    assert crops == []  # no message to write into
     framed = decode_batch(job, reader, built, 1, indices, FrameHeader(1, 0, 3), _one_slot())
+    assert len(crops) == 3  # samples 0, 2 and 8 are JPEGs
     assert bytes(framed.message) == encode_batch(1, 0, 3, plain.arrays, plain.indices)
     assert np.shares_memory(framed.arrays["image"], framed.message)  # no copy after the last sample
+
+
+def _counted(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The native crop's calls, from now on (its check at load made before)."""
+    assert jpeg_crop.available()
+    calls: list[Any] = []
+    real = jpeg_crop.crop_into
+
+    def counted(*args: Any) -> bool:
+        calls.append(args)
+        return real(*args)
+
+    monkeypatch.setattr(jpeg_crop, "crop_into", counted)
+    return calls
+
+
+def test_a_replaced_sample_after_natively_made_ones_leaves_them_intact(images_index: DatasetIndex,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    crops = _counted(monkeypatch)
+    job = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip")
+    indices = np.array([1, 0, 2, 12, 8], dtype=np.int64)  # 12, corrupt and the last: replaced by 0
+    reader = memory_reader(job.index)
+    built = build_transform(job.transform, job.transform_args, ())
+    plain = decode_batch(job, reader, built, 2, indices)
+    framed = decode_batch(job, reader, built, 2, indices, FrameHeader(2, 0, 1), _one_slot())
+    assert len(crops) == 2 and framed.indices.tolist() == [1, 0, 2, 0, 8]  # 8: after the filler stopped
+    assert bytes(framed.message) == encode_batch(2, 0, 1, plain.arrays, plain.indices, plain.replaced)
 
 
 def test_a_transform_with_its_own_collate_is_left_for_the_batch_server_to_frame(

@@ -3,71 +3,17 @@ byte for byte wherever it is used, and everything else is left to Pillow, errors
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
 import pytest
-import simplejpeg
 from PIL import Image
 
 from bench.workload import encode_jpeg, synthetic_image
 from shardstream.service.transforms import jpeg_decode
 from shardstream.service.transforms.image import ImageTransform
+from tests.jpeg_samples import JPEG_KINDS, cmyk_jpeg, pillow_prepare, png
 
-
-def _photo(width: int, height: int, seed: int = 1) -> np.ndarray:
-    return np.ascontiguousarray(synthetic_image(seed, width * 31 + height, max(width, height))[:height, :width])
-
-
-def _pillow_jpeg(pixels: np.ndarray, **options: Any) -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(pixels).save(buffer, format="JPEG", **options)
-    return buffer.getvalue()
-
-
-def pillow_prepare(transform: ImageTransform, data: bytes) -> np.ndarray:
-    """What prepare() gave before the simplejpeg path, written out with Pillow alone: the oracle."""
-    with Image.open(io.BytesIO(data)) as encoded:
-        if encoded.format == "JPEG":
-            encoded.draft(transform.pil_mode, transform._needed_size(encoded.width, encoded.height))
-        encoded.load()
-        img = encoded.convert(transform.pil_mode)
-    if transform.mode == "resize":
-        img = img.resize((transform.width, transform.height), Image.Resampling.BILINEAR)
-    else:
-        img = transform._fit(img)
-        if transform.mode == "center_crop":
-            top, left = (img.height - transform.height) // 2, (img.width - transform.width) // 2
-            img = img.crop((left, top, left + transform.width, top + transform.height))
-    pixels = np.asarray(img, dtype=np.uint8)
-    return pixels if pixels.ndim == 3 else pixels[:, :, None]
-
-
-PHOTO = _photo(256, 256)
-ODD = _photo(257, 131, seed=2)
-EXIF = Image.Exif()
-EXIF[0x0112] = 6  # orientation: rotated (neither decoder applies it)
-EXIF[0x010F] = "Camera"
-
-# Each decoded by simplejpeg, and each must equal Pillow's decode.
-SIMPLEJPEG_DECODES = {
-    "workload q90": encode_jpeg(PHOTO, 90),
-    "baseline 4:4:4 q97": _pillow_jpeg(PHOTO, quality=97, subsampling=0),
-    "baseline 4:2:2 q75": _pillow_jpeg(PHOTO, quality=75, subsampling=1),
-    "baseline 4:2:0 q90": _pillow_jpeg(PHOTO, quality=90, subsampling=2),
-    "progressive 4:2:0": _pillow_jpeg(PHOTO, quality=90, subsampling=2, progressive=True),
-    "progressive 4:4:4": _pillow_jpeg(PHOTO, quality=95, subsampling=0, progressive=True),
-    "optimized Huffman tables": _pillow_jpeg(PHOTO, quality=85, optimize=True),
-    "restart markers": _pillow_jpeg(PHOTO, quality=90, restart_marker_blocks=3),
-    "odd size 4:2:0": _pillow_jpeg(ODD, quality=90, subsampling=2),
-    "odd size 4:2:2 progressive": _pillow_jpeg(ODD, quality=90, subsampling=1, progressive=True),
-    "odd size 4:4:0": simplejpeg.encode_jpeg(ODD, quality=85, colorsubsampling="440"),
-    "odd size 4:1:1": simplejpeg.encode_jpeg(ODD, quality=85, colorsubsampling="411"),
-    "EXIF and ICC segments": _pillow_jpeg(PHOTO, quality=90, exif=EXIF.tobytes(), icc_profile=b"\0" * 600),
-    "grayscale": _pillow_jpeg(np.ascontiguousarray(ODD[:, :, 0]), quality=90),
-    "grayscale progressive": _pillow_jpeg(np.ascontiguousarray(PHOTO[:, :, 1]), quality=90, progressive=True),
-}
 TRANSFORMS = {
     "random crop": ImageTransform(size=112),
     "center crop": ImageTransform(size=[100, 120], mode="center_crop"),
@@ -78,7 +24,7 @@ TRANSFORMS = {
 }
 
 
-@pytest.mark.parametrize("data", SIMPLEJPEG_DECODES.values(), ids=SIMPLEJPEG_DECODES.keys())
+@pytest.mark.parametrize("data", JPEG_KINDS.values(), ids=JPEG_KINDS.keys())
 @pytest.mark.parametrize("channels", [3, 1])
 def test_simplejpeg_decodes_it_and_gives_pillows_pixels(data: bytes, channels: int) -> None:
     transform = ImageTransform(size=64, channels=channels)
@@ -92,7 +38,7 @@ def test_simplejpeg_decodes_it_and_gives_pillows_pixels(data: bytes, channels: i
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS.values(), ids=TRANSFORMS.keys())
-@pytest.mark.parametrize("data", [SIMPLEJPEG_DECODES["odd size 4:2:0"], SIMPLEJPEG_DECODES["grayscale"]],
+@pytest.mark.parametrize("data", [JPEG_KINDS["odd size 4:2:0"], JPEG_KINDS["grayscale"]],
                          ids=["color", "gray"])
 def test_prepare_equals_the_pillow_path_in_every_mode(transform: ImageTransform, data: bytes) -> None:
     assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
@@ -106,20 +52,8 @@ def test_the_workloads_images_are_identical() -> None:
         assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
 
 
-def _cmyk() -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(PHOTO).convert("CMYK").save(buffer, format="JPEG", quality=90)
-    return buffer.getvalue()
-
-
-def _png() -> bytes:
-    buffer = io.BytesIO()
-    Image.fromarray(PHOTO).save(buffer, format="PNG")
-    return buffer.getvalue()
-
-
 def test_cmyk_is_left_to_pillow() -> None:
-    data = _cmyk()
+    data = cmyk_jpeg()
     header = jpeg_decode.jpeg_size(data)
     assert header is not None and header[2] == "CMYK"
     assert jpeg_decode.decode(data, 3, header) is None
@@ -128,7 +62,7 @@ def test_cmyk_is_left_to_pillow() -> None:
 
 
 def test_png_is_left_to_pillow() -> None:
-    data = _png()
+    data = png()
     assert jpeg_decode.jpeg_size(data) is None
     transform = ImageTransform(size=112)
     assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))
@@ -137,7 +71,7 @@ def test_png_is_left_to_pillow() -> None:
 def test_a_decode_pillow_would_reduce_is_left_to_pillow(monkeypatch: pytest.MonkeyPatch) -> None:
     """A 256-pixel image cropped to 100: Pillow decodes it at half size (draft), which simplejpeg must not
     be asked to imitate."""
-    data = SIMPLEJPEG_DECODES["workload q90"]
+    data = JPEG_KINDS["workload q90"]
     transform = ImageTransform(size=100, mode="resize")
     assert not transform._full_size(256, 256) and ImageTransform(size=224)._full_size(256, 256)
     monkeypatch.setattr(jpeg_decode, "decode", _refuse)
@@ -149,7 +83,7 @@ def _refuse(*args: Any) -> None:
 
 
 def test_an_image_over_pillows_pixel_limit_is_left_to_pillow(monkeypatch: pytest.MonkeyPatch) -> None:
-    data = SIMPLEJPEG_DECODES["workload q90"]
+    data = JPEG_KINDS["workload q90"]
     monkeypatch.setattr(Image, "MAX_IMAGE_PIXELS", 256 * 255)
     assert jpeg_decode.decode(data, 3, jpeg_decode.jpeg_size(data)) is None  # type: ignore[arg-type]
     with pytest.warns(Image.DecompressionBombWarning):  # Pillow's own warning, as before
@@ -158,7 +92,7 @@ def test_an_image_over_pillows_pixel_limit_is_left_to_pillow(monkeypatch: pytest
 
 @pytest.mark.parametrize("cut", [0.5, 0.9])
 def test_a_truncated_jpeg_raises_pillows_error(cut: float, monkeypatch: pytest.MonkeyPatch) -> None:
-    data = SIMPLEJPEG_DECODES["progressive 4:2:0"]
+    data = JPEG_KINDS["progressive 4:2:0"]
     data = data[: int(len(data) * cut)]
     transform = ImageTransform(size=112)
     with pytest.raises(Exception) as fast:
@@ -172,7 +106,7 @@ def test_a_truncated_jpeg_raises_pillows_error(cut: float, monkeypatch: pytest.M
 
 def test_without_simplejpeg_pillow_decodes_everything(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(jpeg_decode, "simplejpeg", None)
-    data = SIMPLEJPEG_DECODES["workload q90"]
+    data = JPEG_KINDS["workload q90"]
     assert jpeg_decode.jpeg_size(data) is None
     transform = ImageTransform(size=112)
     assert np.array_equal(transform.prepare({"image": data})["image"], pillow_prepare(transform, data))

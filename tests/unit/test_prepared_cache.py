@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from shardstream.proto.wire import FrameHeader, encode_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node import sample_index
@@ -32,7 +33,7 @@ from shardstream.service.node.tier_chunks import (
     survey,
 )
 from shardstream.service.node.write_budget import MAX_SHARE, MIN_SHARE, WriteBudget, share_for
-from shardstream.service.transforms import build_transform
+from shardstream.service.transforms import build_transform, jpeg_crop
 from tests.cache_tiers import CHUNK, chunked_tier
 from tests.datasets import memory_reader, write_images
 
@@ -233,6 +234,42 @@ def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Pa
     assert 0 < delta.keep_seconds < 1  # the time keeping them took, counted for the metric
     decode_batch(job, memory_reader(index), transform, 2, indices, prepared_samples=samples)
     assert counters.take_delta().prepared_memory_hits == 2
+
+
+def test_samples_the_cache_takes_are_kept_whole_and_the_others_made_in_their_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Framed into a message: a JPEG the cache would not keep now (its write budget spent) is
+    decoded straight into its row (counted as deferred once); one it keeps is decoded whole in the
+    same pass, and kept; the message is the same bytes either way and reads back warm the same."""
+    assert jpeg_crop.available()
+    wholes: list[bool] = []
+    real = jpeg_crop.crop_into
+    monkeypatch.setattr(jpeg_crop, "crop_into", lambda *args: wholes.append(args[-1] is not None) or real(*args))
+    index = _index(tmp_path / "data", (8,))
+    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
+                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    transform = build_transform("image", IMAGE_ARGS, ())
+    now = [0.0]
+    counters = SharedReadCounters()
+    budget = WriteBudget(bank_s=4.0, clock=lambda: now[0])
+    budget.spent(0.2)  # nothing to spend on writes
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters, budget=budget)
+    samples = cache.for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    indices = np.array([1, 0, 3, 2, 4, 6], dtype=np.int64)  # 1 and 3 are PNGs, made the Python way
+    expected = encode_batch(0, 0, 0, decode_batch(job, memory_reader(index), transform, 0, indices).arrays, indices)
+    spent = decode_batch(job, memory_reader(index), transform, 0, indices, FrameHeader(0, 0, 0),
+                         prepared_samples=samples)
+    assert bytes(spent.message) == expected
+    delta = counters.take_delta()
+    assert (delta.prepared_misses, delta.prepared_deferred, cache.tiers[0].stored_bytes) == (6, 6, 0)
+    assert wholes == [False] * 4
+    now[0] += 10.0  # credit to keep them all
+    kept = decode_batch(job, memory_reader(index), transform, 0, indices, FrameHeader(0, 0, 0), prepared_samples=samples)
+    assert bytes(kept.message) == expected
+    assert counters.take_delta().prepared_deferred == 0 and cache.tiers[0].stored_bytes > 0
+    assert wholes == [False] * 4 + [True] * 4
+    warm = decode_batch(job, memory_reader(index), transform, 0, indices, FrameHeader(0, 0, 0), prepared_samples=samples)
+    assert bytes(warm.message) == expected and counters.take_delta().prepared_memory_hits == 6
 
 
 def test_the_write_budget_grows_with_the_clock_and_banks_at_most_a_burst() -> None:

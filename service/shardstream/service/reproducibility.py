@@ -13,7 +13,8 @@ job whose dataset or pipeline changed is refused naming what changed
   hash and package version), with a hash of all of it;
 - the order contract's parameters;
 - the versions of what decodes on the service (shardstream, torch, pyarrow,
-  Pillow, simplejpeg, Python).
+  Pillow, simplejpeg, Python, and the libjpeg-turbo of the native JPEG crop, or
+  None where it is not used).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any
 
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.transforms import jpeg_crop
 
 MANIFEST_VERSION = 1
 MAX_SHARDS = 1000  # listed one by one; beyond, the fingerprint stands for them
@@ -54,7 +56,8 @@ def job_manifest(spec: JobSpec, index: DatasetIndex) -> dict[str, Any]:
         "order": {"world_size": spec.world_size, "batch_size": spec.batch_size, "shuffle": spec.shuffle,
                   "seed": spec.seed, "drop_last": spec.drop_last, "shuffle_block": spec.shuffle_block,
                   "weights": spec.weights, "bucket_by": spec.bucket_by, "bucket_window": spec.bucket_window},
-        "service": {**{name: _version(dist) for name, dist in PACKAGES.items()}, "python": platform.python_version()},
+        "service": {**{name: _version(dist) for name, dist in PACKAGES.items()}, "python": platform.python_version(),
+                    "native_jpeg_crop": jpeg_crop.libjpeg_version() if jpeg_crop.available() else None},
     }
 
 

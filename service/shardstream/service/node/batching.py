@@ -148,15 +148,19 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     built = 0  # bytes of the samples so far
     augment = getattr(transform, "augment", None)
     rngs = sample_rngs(job.seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
+    augment_into = getattr(transform, "augment_into", None) if filler is not None and augment is not None else None
     try:
         for position in range(len(used)):
             index = int(used[position])
             try:
                 sample = prepared.get(position)
+                augmented = False
                 if sample is None:
-                    sample = _prepare(transform, rows.pop(position))
-                    _keep(prepared_samples, index, sample)
-                sample = augment(sample, rngs[position]) if augment is not None else sample
+                    into = filler.place() if augment_into is not None and filler is not None else None
+                    sample, augmented = _made(transform, rows.pop(position), index, prepared_samples,
+                                              augment_into, into, rngs[position] if rngs else None)
+                if augment is not None and not augmented:
+                    sample = augment(sample, rngs[position])
             except Exception as exc:
                 if job.on_corrupt != "skip":
                     raise _corrupt(job, index, exc) from None
@@ -284,6 +288,28 @@ def _cached(prepared_samples: JobSamples | None, indices: np.ndarray) -> dict[in
     if prepared_samples is None:
         return {}
     return prepared_samples.get_many([int(index) for index in indices])
+
+
+def _made(transform: SampleTransform, row: dict[str, Any], index: int, prepared_samples: JobSamples | None,
+          augment_into: Any, into: dict[str, np.ndarray] | None,
+          rng: np.random.Generator | None) -> tuple[dict[str, Any], bool]:
+    """(sample, whether it is augmented already) for a sample the node's cache does not hold:
+    made straight into its rows of the message (`into`) by the transform's `augment_into` where
+    there is one (with the prepared sample from the same decode when the cache takes it now); else
+    prepared, and kept."""
+    row = readable(row)
+    keep = prepared_samples is not None and prepared_samples.keeps_now()
+    if into is not None and rng is not None:
+        made = augment_into(row, rng, into, keep)
+        if made is not None:
+            sample, prepared = made
+            if prepared is not None:
+                _keep(prepared_samples, index, prepared)
+            return sample, True
+    sample = _prepare(transform, row)
+    if keep:
+        _keep(prepared_samples, index, sample)
+    return sample, False
 
 
 def _keep(prepared_samples: JobSamples | None, index: int, sample: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ class FrameFiller:
         self._header, self._used, self._allocate, self.samples = header, used, allocate, samples
         self.frame: BatchFrame | None = None
         self.stopped = False
+        self._placed: dict[str, np.ndarray] = {}  # the next sample's rows, handed out by `place`
 
     def append(self, sample: dict[str, Any]) -> None:
         position = len(self.samples)
@@ -38,13 +39,27 @@ class FrameFiller:
                 assert self.frame is not None
                 row = {}
                 for key, value in values.items():
-                    rows = self.frame.arrays[key]
-                    rows[position] = value
-                    row[key] = rows[position]
+                    if value is not self._placed.get(key):  # else written in place already
+                        rows = self.frame.arrays[key]
+                        rows[position] = value
+                        value = rows[position]
+                    row[key] = value
+                self._placed = {}
                 self.samples.append(row)
                 return
             self.stop()
+        self._placed = {}
         self.samples.append(sample)
+
+    def place(self) -> dict[str, np.ndarray] | None:
+        """The next sample's rows of the message, for a transform that writes a value straight into
+        its row (that value, appended, is not copied again); None before the message is framed (at
+        the first sample) and once the filler has stopped."""
+        if self.stopped or self.frame is None:
+            return None
+        position = len(self.samples)
+        self._placed = {key: rows[position] for key, rows in self.frame.arrays.items()}
+        return self._placed
 
     def stop(self) -> None:
         """Stop filling (a sample that does not match the first, or one replaced: the message's

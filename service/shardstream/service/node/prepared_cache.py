@@ -289,6 +289,14 @@ class JobSamples:
             record_fault(self.cache.counters, "peer", f"node {home}: {key.folder}/{key.row}", fault)
             return None
 
+    def keeps_now(self) -> bool:
+        """Whether `put` would keep a sample prepared now; when not (the actor's write budget is
+        spent), the sample is counted as deferred, as `put` counts it."""
+        if self.cache.budget.allows():
+            return True
+        self.cache.counters.count(prepared_deferred=1)
+        return False
+
     def put(self, index: int, sample: dict[str, Any]) -> None:
         """Keep a sample prepared here: in this node's tiers when it is its home, else as a copy
         for its home, sent by `send_to_homes`. Not now when the actor's write budget is spent

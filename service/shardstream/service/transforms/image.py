@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ import pyarrow as pa
 from PIL import Image
 
 from shardstream.proto.errors import InvalidJobSpec
-from shardstream.service.transforms import jpeg_decode
+from shardstream.service.transforms import jpeg_crop, jpeg_decode
 from shardstream.service.transforms.base import Sample, check_tensor_column
 
 MODES = ("random_crop", "center_crop", "resize")
@@ -115,6 +116,48 @@ class ImageTransform:
         out = dict(sample)
         out[self.column] = pixels.transpose(2, 0, 1)  # a view: collate makes the one copy, into the message
         return out
+
+    def augment_into(self, row: Sample, rng: np.random.Generator, out: Mapping[str, np.ndarray],
+                     keep: bool = False) -> tuple[Sample, Sample | None] | None:
+        """``augment(prepare(row), rng)`` with the image written straight into ``out[column]`` (its
+        row of the batch's message) by the native crop (jpeg_crop.py): the same pixels and the same
+        draws from `rng`; with `keep`, also ``prepare(row)``, from the same decode, for the node's
+        cache (else None). None, with nothing drawn, where that path does not apply: another kind
+        of image, a resize, the native crop not built, or a subclass with its own prepare or augment."""
+        data = row.get(self.column)
+        target = out.get(self.column)
+        if (self.mode == "resize" or not isinstance(data, bytes) or target is None
+                or target.shape != (self.channels, self.height, self.width) or target.dtype != np.uint8
+                or type(self).prepare is not ImageTransform.prepare
+                or type(self).augment is not ImageTransform.augment or not jpeg_crop.available()):
+            return None
+        header = jpeg_decode.jpeg_size(data)
+        if header is None or not jpeg_decode.decodes_like_pillow(header, self.channels):
+            return None
+        width, height = header[0], header[1]
+        if not self._full_size(width, height) or self._scale(width, height) != 1.0:
+            return None
+        if self.mode == "random_crop":
+            top = int(rng.integers(0, height - self.height + 1))
+            left = int(rng.integers(0, width - self.width + 1))
+        else:
+            top, left = (height - self.height) // 2, (width - self.width) // 2
+        flip = self.flip and rng.random() < 0.5
+        whole = np.empty((height, width, self.channels), np.uint8) if keep else None
+        if jpeg_crop.crop_into(data, self.channels, width, height, top, left, flip, target, whole):
+            prepared = whole if whole is None or self.mode == "random_crop" else self._center(whole)
+        else:  # damaged, or not what its header said: Pillow decodes it, or raises what it always raised
+            prepared = self._pixels(data)
+            pixels = prepared[top : top + self.height, left : left + self.width] if self.mode == "random_crop" \
+                else prepared
+            target[...] = (pixels[:, ::-1] if flip else pixels).transpose(2, 0, 1)
+        sample = dict(row)
+        sample[self.column] = target
+        if not keep:
+            return sample, None
+        whole_sample = dict(row)
+        whole_sample[self.column] = prepared
+        return sample, whole_sample
 
     def _needed_size(self, width: int, height: int) -> tuple[int, int]:
         """The smallest decoded size the rest of prepare() can work from without upscaling."""

@@ -49,14 +49,21 @@ def jpeg_size(data: bytes) -> tuple[int, int, str, str] | None:
     return int(width), int(height), str(colorspace), str(subsampling)
 
 
+def decodes_like_pillow(header: tuple[int, int, str, str], channels: int) -> bool:
+    """Whether a JPEG with this header (from `jpeg_size`) is one libjpeg-turbo decodes as Pillow does
+    (at full size), into `channels`."""
+    width, height, colorspace, subsampling = header
+    return (colorspace in COLORSPACES[channels] and subsampling in SUBSAMPLINGS
+            and (Image.MAX_IMAGE_PIXELS is None or width * height <= Image.MAX_IMAGE_PIXELS))
+
+
 def decode(data: bytes, channels: int, header: tuple[int, int, str, str]) -> np.ndarray | None:
     """The full-size pixels (uint8 [H, W, channels]) of a JPEG whose `header` (from `jpeg_size`)
     says it is one simplejpeg decodes as Pillow does; None: decode it with Pillow."""
-    width, height, colorspace, subsampling = header
-    target = COLORSPACES[channels].get(colorspace)
-    if (target is None or subsampling not in SUBSAMPLINGS
-            or (Image.MAX_IMAGE_PIXELS is not None and width * height > Image.MAX_IMAGE_PIXELS)):
+    width, height, colorspace, _ = header
+    if not decodes_like_pillow(header, channels):
         return None
+    target = COLORSPACES[channels][colorspace]
     try:
         pixels = simplejpeg.decode_jpeg(data, colorspace=target, fastdct=False, fastupsample=False,
                                         strict=True)
@@ -67,4 +74,4 @@ def decode(data: bytes, channels: int, header: tuple[int, int, str, str]) -> np.
     return pixels if pixels.ndim == 3 else pixels[:, :, None]
 
 
-__all__ = ["COLORSPACES", "SUBSAMPLINGS", "decode", "jpeg_size"]
+__all__ = ["COLORSPACES", "SUBSAMPLINGS", "decode", "decodes_like_pillow", "jpeg_size"]

@@ -1,0 +1,173 @@
+/* One JPEG decoded, cropped, optionally flipped and written as planes (C x H x W), in one pass.
+
+Each band of decoded scanlines is split into the crop's planes while it is in the core's cache: no
+full-size image is allocated, no strided copy reads one back from memory, and the pixels outside
+the crop are not transformed or colour-converted. The decode is libjpeg's default
+(the accurate integer IDCT, fancy upsampling), Pillow's and simplejpeg's; a warning fails the
+decode as an error does (simplejpeg's strict mode), and the caller then decodes another way.
+shardstream.service.transforms.jpeg_crop loads it with ctypes, checks its output against the
+Python path's at load, and calls it. */
+#include <setjmp.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <jpeglib.h>
+
+#define CROP_DONE 0
+#define CROP_NOT_HERE 1 /* not a JPEG this path decodes as the Python path does: decode it there */
+#define BAND 16           /* rows decoded per call: a band of them stays in the core's cache */
+
+struct failure {
+    struct jpeg_error_mgr manager;
+    jmp_buf jump;
+};
+
+static void on_error(j_common_ptr info) { longjmp(((struct failure *)info->err)->jump, 1); }
+
+static void on_message(j_common_ptr info, int level) {
+    if (level < 0) /* a warning: corrupt data libjpeg would pass over */
+        longjmp(((struct failure *)info->err)->jump, 1);
+}
+
+static void silent(j_common_ptr info) { (void)info; }
+
+int shardstream_jpeg_crop_version(void) { return LIBJPEG_TURBO_VERSION_NUMBER; }
+
+/* The loops below vectorize with AVX2 where the CPU has it (one build for any x86-64 CPU: the
+loader picks the version when the library is loaded). */
+#if defined(__x86_64__) && defined(__has_attribute)
+#if __has_attribute(target_clones)
+#define VECTORIZED __attribute__((target_clones("default", "avx2")))
+#endif
+#endif
+#ifndef VECTORIZED
+#define VECTORIZED
+#endif
+
+VECTORIZED static void split_row(const uint8_t *src, int components, int width, int flip, uint8_t *dst,
+                      size_t plane) {
+    if (components == 1) {
+        if (!flip) {
+            memcpy(dst, src, (size_t)width);
+            return;
+        }
+        for (int x = 0; x < width; x++) dst[x] = src[width - 1 - x];
+        return;
+    }
+    uint8_t *r = dst, *g = dst + plane, *b = dst + 2 * plane;
+    if (flip) {
+        for (int x = 0; x < width; x++) {
+            const uint8_t *p = src + 3 * (width - 1 - x);
+            r[x] = p[0];
+            g[x] = p[1];
+            b[x] = p[2];
+        }
+    } else {
+        for (int x = 0; x < width; x++) {
+            const uint8_t *p = src + 3 * x;
+            r[x] = p[0];
+            g[x] = p[1];
+            b[x] = p[2];
+        }
+    }
+}
+
+/* The crop's rows from a decode narrowed to the iMCU columns around the crop, with the rows above
+and below it only entropy-decoded. */
+static void crop_only(j_decompress_ptr info, int channels, int top, int left, int height, int width,
+                      int flip, uint8_t *out) {
+    /* A margin of one iMCU on each side keeps the crop's pixels those of a full decode: fancy
+    upsampling treats the decoded region's edges as the image's. */
+    int margin = info->max_h_samp_factor * DCTSIZE;
+    int image_width = (int)info->output_width;
+    int x0 = left > margin ? left - margin : 0;
+    int x1 = left + width + margin < image_width ? left + width + margin : image_width;
+    JDIMENSION region_left = (JDIMENSION)x0, region_width = (JDIMENSION)(x1 - x0);
+    jpeg_crop_scanline(info, &region_left, &region_width);
+    int offset = left - (int)region_left;
+    if (top > 0) jpeg_skip_scanlines(info, (JDIMENSION)top); /* libjpeg keeps upsampling's context */
+    JSAMPARRAY band = (*info->mem->alloc_sarray)((j_common_ptr)info, JPOOL_IMAGE,
+                                                 info->output_width * (JDIMENSION)channels, BAND);
+    size_t plane = (size_t)height * (size_t)width;
+    while ((int)info->output_scanline < top + height) {
+        int y = (int)info->output_scanline;
+        int wanted = top + height - y < BAND ? top + height - y : BAND;
+        int got = (int)jpeg_read_scanlines(info, band, (JDIMENSION)wanted);
+        for (int k = 0; k < got; k++)
+            split_row(band[k] + (size_t)channels * (size_t)offset, channels, width, flip,
+                      out + (size_t)(y + k - top) * (size_t)width, plane);
+    }
+    /* Below the crop too, but for the last row: skipping to the end would not read the rest of
+    the data, and damage there must fail the decode as it fails a full one. */
+    if (info->output_scanline + 1 < info->output_height)
+        jpeg_skip_scanlines(info, info->output_height - 1 - info->output_scanline);
+    if (info->output_scanline < info->output_height) jpeg_read_scanlines(info, band, 1);
+}
+
+/* The whole image into `whole` (rows of width x channels), and the crop's rows split from each
+band of them while it is in cache. */
+static void whole_and_crop(j_decompress_ptr info, int channels, int top, int left, int height,
+                           int width, int flip, uint8_t *out, uint8_t *whole) {
+    size_t stride = (size_t)info->output_width * (size_t)channels;
+    size_t plane = (size_t)height * (size_t)width;
+    JSAMPROW band[BAND];
+    while (info->output_scanline < info->output_height) {
+        int y = (int)info->output_scanline;
+        int wanted = (int)info->output_height - y < BAND ? (int)info->output_height - y : BAND;
+        for (int k = 0; k < wanted; k++) band[k] = whole + (size_t)(y + k) * stride;
+        int got = (int)jpeg_read_scanlines(info, band, (JDIMENSION)wanted);
+        for (int k = 0; k < got; k++)
+            if (y + k >= top && y + k < top + height)
+                split_row(band[k] + (size_t)channels * (size_t)left, channels, width, flip,
+                          out + (size_t)(y + k - top) * (size_t)width, plane);
+    }
+}
+
+/* Decode `data` (`size` bytes, a JPEG of `image_width` x `image_height`) as `channels` (1: luma, 3:
+RGB), and write rows top..top+height-1, columns left..left+width-1 (mirrored when `flip`) into `out`
+as `channels` planes of height x width; and, when `whole` is not NULL, the whole image into it
+(image_height x image_width x channels). Returns CROP_DONE, or CROP_NOT_HERE for a JPEG whose size
+or colour space is not the one given, a crop outside it, or a decode libjpeg fails or warns about. */
+int shardstream_jpeg_crop(const uint8_t *data, unsigned long size, int channels, int image_width,
+                          int image_height, int top, int left, int height, int width, int flip,
+                          uint8_t *out, uint8_t *whole) {
+    struct jpeg_decompress_struct info;
+    struct failure failure;
+    volatile int created = 0;
+    if ((channels != 1 && channels != 3) || top < 0 || left < 0 || height <= 0 || width <= 0 ||
+        top + height > image_height || left + width > image_width)
+        return CROP_NOT_HERE;
+    info.err = jpeg_std_error(&failure.manager);
+    failure.manager.error_exit = on_error;
+    failure.manager.emit_message = on_message;
+    failure.manager.output_message = silent;
+    if (setjmp(failure.jump)) {
+        if (created) jpeg_destroy_decompress(&info);
+        return CROP_NOT_HERE;
+    }
+    jpeg_create_decompress(&info);
+    created = 1;
+    jpeg_mem_src(&info, data, size);
+    jpeg_read_header(&info, TRUE);
+    if ((int)info.image_width != image_width || (int)info.image_height != image_height ||
+        (info.jpeg_color_space != JCS_YCbCr && info.jpeg_color_space != JCS_GRAYSCALE)) {
+        jpeg_destroy_decompress(&info);
+        return CROP_NOT_HERE;
+    }
+    info.out_color_space = channels == 3 ? JCS_RGB : JCS_GRAYSCALE;
+    info.dct_method = JDCT_ISLOW;
+    info.do_fancy_upsampling = TRUE;
+    jpeg_start_decompress(&info);
+    if (info.output_components != channels || (int)info.output_width != image_width) {
+        jpeg_destroy_decompress(&info);
+        return CROP_NOT_HERE;
+    }
+    if (whole != NULL)
+        whole_and_crop(&info, channels, top, left, height, width, flip, out, whole);
+    else
+        crop_only(&info, channels, top, left, height, width, flip, out);
+    jpeg_finish_decompress(&info);
+    jpeg_destroy_decompress(&info);
+    return CROP_DONE;
+}
