@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
-from shardstream.proto.wire import FrameHeader, encode_batch, parse_batch
+from shardstream.proto.wire import BatchFrame, FrameHeader, encode_batch, parse_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.batching import (
@@ -19,7 +19,9 @@ from shardstream.service.node.batching import (
     check_job_schema,
     decode_batch,
 )
+from shardstream.service.node.frame_filler import FrameFiller
 from shardstream.service.transforms import SampleTransform, build_transform, jpeg_crop
+from shardstream.service.transforms.base import collate, collated_specs
 from tests.datasets import memory_reader, write_images, write_indexed
 
 IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
@@ -323,3 +325,24 @@ def test_plain_columns_past_max_batch_bytes_are_refused_before_gathering(columns
     with pytest.raises(InvalidJobSpec, match=r"passes 64 bytes with its samples"):
         _decode(job, 0, [10, 0, 7, 7, 3])
     assert len(_decode(dataclasses.replace(job, max_batch_bytes=1 << 20), 0, [10, 0, 7, 7, 3]).indices) == 5
+
+
+def test_a_sample_made_in_its_row_whose_label_does_not_fit_is_framed_again_intact() -> None:
+    """A sample a transform wrote into the rows `place` gave, with a label of a wider dtype than
+    the first sample's: it is copied out of the message, which is then framed again in the same
+    slot memory (its image now further in), and every sample keeps its pixels."""
+    allocate, used = _one_slot(), np.arange(3, dtype=np.int64)
+    samples: list[dict[str, Any]] = []
+    filler = FrameFiller(FrameHeader(0, 0, 0), used, allocate, samples)
+    assert filler.place() is None  # nothing framed before the first sample
+    filler.append({"label": np.full(40, 5, np.int8), "image": np.full((3, 8, 8), 1, np.uint8)})
+    for fill, label in ((2, np.full(40, 6, np.int8)), (3, np.full(40, 7, np.int64))):
+        rows = filler.place()
+        assert rows is not None
+        rows["image"][...] = fill
+        filler.append({"label": label, "image": rows["image"]})
+    assert filler.filled() is None
+    frame = BatchFrame(FrameHeader(0, 0, 0), collated_specs(samples), used, 0, allocate)
+    arrays = collate(samples, out=frame.arrays)
+    assert [sorted(set(image.ravel().tolist())) for image in arrays["image"]] == [[1], [2], [3]]
+    assert arrays["label"].dtype == np.int64 and arrays["label"][:, 0].tolist() == [5, 6, 7]

@@ -33,23 +33,39 @@ class FrameFiller:
 
     def append(self, sample: dict[str, Any]) -> None:
         position = len(self.samples)
+        placed, self._placed = self._placed, {}
+        if placed:
+            if sample.keys() == placed.keys() and self._append_placed(sample, placed):
+                return
+            # A value that does not fit its row: the message is framed again, maybe in this memory.
+            sample = {key: np.array(value) if value is placed.get(key) else value for key, value in sample.items()}
         if not self.stopped:
             values = {key: np.asarray(value) for key, value in sample.items()}
             if (self.frame is not None or self._start(position, values)) and self._fits(values):
                 assert self.frame is not None
                 row = {}
                 for key, value in values.items():
-                    if value is not self._placed.get(key):  # else written in place already
-                        rows = self.frame.arrays[key]
-                        rows[position] = value
-                        value = rows[position]
-                    row[key] = value
-                self._placed = {}
+                    rows = self.frame.arrays[key]
+                    rows[position] = value
+                    row[key] = rows[position]
                 self.samples.append(row)
                 return
             self.stop()
-        self._placed = {}
         self.samples.append(sample)
+
+    def _append_placed(self, sample: dict[str, Any], placed: dict[str, np.ndarray]) -> bool:
+        """A sample made in the rows `place` gave: the values written there are in the message
+        already; the others (a label) are copied in if each has its row's shape and dtype (else
+        False)."""
+        values = {key: value if value is placed[key] else np.asarray(value) for key, value in sample.items()}
+        if not all(value.shape == placed[key].shape and value.dtype == placed[key].dtype
+                   for key, value in values.items()):
+            return False
+        for key, value in values.items():
+            if value is not placed[key]:
+                placed[key][...] = value
+        self.samples.append(placed)
+        return True
 
     def place(self) -> dict[str, np.ndarray] | None:
         """The next sample's rows of the message, for a transform that writes a value straight into
@@ -58,7 +74,7 @@ class FrameFiller:
         if self.stopped or self.frame is None:
             return None
         position = len(self.samples)
-        self._placed = {key: rows[position] for key, rows in self.frame.arrays.items()}
+        self._placed = {key: rows[position, ...] for key, rows in self.frame.arrays.items()}  # views, 0-d too
         return self._placed
 
     def stop(self) -> None:

@@ -22,6 +22,7 @@ from shardstream.service.transforms import jpeg_crop, jpeg_decode
 from shardstream.service.transforms.base import Sample, check_tensor_column
 
 MODES = ("random_crop", "center_crop", "resize")
+NATIVE_HEADERS = 4096  # JPEG headers whose native-crop answer a transform remembers
 
 
 class ImageTransform:
@@ -44,6 +45,7 @@ class ImageTransform:
         self.mode, self.flip, self.resize_short = mode, bool(flip), resize_short
         self.channels = channels
         self.pil_mode = "RGB" if channels == 3 else "L"
+        self._native_headers: dict[tuple[tuple[int, int, str, str], int | None], bool] = {}
 
     def check_schema(self, schema: pa.Schema) -> None:
         if self.column not in schema.names:
@@ -132,11 +134,9 @@ class ImageTransform:
                 or type(self).augment is not ImageTransform.augment or not jpeg_crop.available()):
             return None
         header = jpeg_decode.jpeg_size(data)
-        if header is None or not jpeg_decode.decodes_like_pillow(header, self.channels):
+        if header is None or not self._crops_natively(header):
             return None
         width, height = header[0], header[1]
-        if not self._full_size(width, height) or self._scale(width, height) != 1.0:
-            return None
         if self.mode == "random_crop":
             top = int(rng.integers(0, height - self.height + 1))
             left = int(rng.integers(0, width - self.width + 1))
@@ -158,6 +158,19 @@ class ImageTransform:
         whole_sample = dict(row)
         whole_sample[self.column] = prepared
         return sample, whole_sample
+
+    def _crops_natively(self, header: tuple[int, int, str, str]) -> bool:
+        """Whether a JPEG with this header is one the native crop takes: decoded as Pillow decodes
+        it, at full size, not resized. Remembered per header (a dataset has few image sizes)."""
+        key = (header, Image.MAX_IMAGE_PIXELS)
+        applies = self._native_headers.get(key)
+        if applies is None:
+            width, height = header[0], header[1]
+            applies = (jpeg_decode.decodes_like_pillow(header, self.channels) and self._full_size(width, height)
+                       and self._scale(width, height) == 1.0)
+            if len(self._native_headers) < NATIVE_HEADERS:
+                self._native_headers[key] = applies
+        return applies
 
     def _needed_size(self, width: int, height: int) -> tuple[int, int]:
         """The smallest decoded size the rest of prepare() can work from without upscaling."""
