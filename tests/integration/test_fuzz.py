@@ -82,8 +82,8 @@ def stream(channel: grpc.Channel, messages: list[bytes], method: str) -> None:
 
 specs = st.builds(
     pb.JobSpec,
-    # No cloud URLs: without a reachable store their clients retry for minutes (test_gcs and
-    # test_s3 cover gs:// and s3:// against real API servers).
+    # No cloud URLs: without a reachable store their clients retry for minutes
+    # (test_object_stores covers gs:// and s3:// against real API servers).
     dataset=st.lists(st.sampled_from(["", "/nope", "memory://nope/", "nosuchfs://x/y", "*",
                                       "file:///etc/passwd"]) |
                      st.text(max_size=20), max_size=3),

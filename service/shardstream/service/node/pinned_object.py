@@ -1,35 +1,59 @@
-"""An object store file read at the generation a job pinned, not whatever is live now.
+"""An object store file read at the version a job pinned, not whatever is live now.
 
-Checking the generation an open fetched leaves a window: an object replaced between that
-metadata call and the range reads after it would be read as the new object. GCS serves a
-named generation (`?generation=` on every read); while it is live the bytes are the pinned
-object's, and once it has been replaced (without object versioning) the read is a 404, which
-is DatasetChanged here, never the new object's bytes. The file object is what pyarrow and the
-formats read through: seek, tell, read.
+Checking the version an open fetched leaves a window: an object replaced between that
+metadata call and the range reads after it would be read as the new object. So every ranged
+read names the pinned version:
+
+- GCS serves a named generation (``?generation=``): while it is live the bytes are the pinned
+  object's, and once it has been replaced (without object versioning) the read is a 404;
+- S3 serves a named ``VersionId`` in a versioned bucket, and otherwise answers a read made
+  ``If-Match`` the pinned ETag only while the live object has that ETag (else 412).
+
+A read the store refuses for the version is DatasetChanged here, never the new object's bytes.
+The file object is what pyarrow and the formats read through: seek, tell, read.
 """
 
 from __future__ import annotations
 
 import io
+from dataclasses import dataclass
 from typing import Any
+
+from fsspec.asyn import sync
 
 from shardstream.proto.errors import DatasetChanged
 
-GENERATION = "generation="
+GCS_PREFIXES = ("gs://", "gcs://")
+S3_PREFIXES = ("s3://", "s3a://")
+S3_REFUSALS = frozenset({"PreconditionFailed", "NoSuchVersion", "412"})
 
 
-def pinned_generation(url: str, version: str) -> str | None:
-    """The generation to read `url` at, when its store serves named generations (gs://)."""
-    if url.startswith(("gs://", "gcs://")) and version.startswith(GENERATION):
-        return version[len(GENERATION):]
+@dataclass(frozen=True)
+class Pin:
+    """The version every read of an object names: `field` is generation, VersionId or ETag."""
+
+    field: str
+    value: str
+
+    def describe(self) -> str:
+        return f"{self.field} {self.value}"
+
+
+def pinned_version(url: str, version: str) -> Pin | None:
+    """The version to read `url` at, when its store serves reads of a named version (gs://, s3://)."""
+    fields = ("generation",) if url.startswith(GCS_PREFIXES) else (
+        ("VersionId", "ETag") if url.startswith(S3_PREFIXES) else ())
+    for field in fields:
+        if version.startswith(f"{field}="):
+            return Pin(field, version[len(field) + 1:])
     return None
 
 
 class PinnedObject(io.RawIOBase):
-    """A read-only file of `size` bytes: each read is one ranged GET of that generation."""
+    """A read-only file of `size` bytes: each read is one ranged GET of the pinned version."""
 
-    def __init__(self, fs: Any, path: str, url: str, generation: str, size: int) -> None:
-        self._fs, self._path, self._url, self._generation = fs, path, url, generation
+    def __init__(self, fs: Any, path: str, url: str, pin: Pin, size: int) -> None:
+        self._fs, self._path, self._url, self._pin = fs, path, url, pin
         self._size, self._position = size, 0
 
     def readable(self) -> bool:
@@ -54,11 +78,16 @@ class PinnedObject(io.RawIOBase):
         if end <= self._position:
             return b""
         try:
-            data = self._fs.cat_file(self._path, start=self._position, end=end, generation=self._generation)
-        except FileNotFoundError:
-            raise DatasetChanged(f"{self._url!r} changed after the job opened it (generation {self._generation} "
-                                 "is no longer served): the job reads only the files it indexed; open the job "
-                                 "again to read the new data") from None
+            if self._pin.field == "generation":
+                data = self._fs.cat_file(self._path, start=self._position, end=end, generation=self._pin.value)
+            else:
+                data = sync(self._fs.loop, _s3_range, self._fs, self._path, self._position, end, self._pin)
+        except (FileNotFoundError, OSError) as exc:
+            if isinstance(exc, FileNotFoundError) or _s3_refused(exc):
+                raise DatasetChanged(f"{self._url!r} changed after the job opened it ({self._pin.describe()} is no "
+                                     "longer served): the job reads only the files it indexed; open the job again "
+                                     "to read the new data") from None
+            raise
         self._position += len(data)
         return bytes(data)
 
@@ -66,4 +95,23 @@ class PinnedObject(io.RawIOBase):
         return self.read(-1)
 
 
-__all__ = ["PinnedObject", "pinned_generation"]
+async def _s3_range(fs: Any, path: str, start: int, end: int, pin: Pin) -> bytes:
+    """Bytes start..end-1 of an S3 object at `pin` (s3fs's own request call, with the version or
+    the If-Match its ranged reads do not take)."""
+    bucket, key, _ = fs.split_path(path)
+    named = {"VersionId": pin.value} if pin.field == "VersionId" else {"IfMatch": pin.value}
+    response = await fs._call_s3("get_object", Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **named)
+    try:
+        return bytes(await response["Body"].read())
+    finally:
+        response["Body"].close()
+
+
+def _s3_refused(exc: BaseException) -> bool:
+    """Whether S3 refused a read for its version (s3fs raises an OSError from botocore's error)."""
+    cause = exc.__cause__
+    error = getattr(cause, "response", {}).get("Error", {}) if cause is not None else {}
+    return str(error.get("Code", "")) in S3_REFUSALS
+
+
+__all__ = ["Pin", "PinnedObject", "pinned_version"]

@@ -6,8 +6,8 @@ what is counted is what the store served. Every open checks the file it opened
 against the identity the job pinned when it indexed the dataset: for a local
 file the opened descriptor's own stat (so a path swapped for a symlink to
 another file, or a file rewritten in place, is caught on the very read that
-would have returned its bytes), for an object store the generation or ETag the
-open fetched; a gs:// object is then read at that generation (pinned_object.py),
+would have returned its bytes), for an object store the generation, VersionId or ETag the
+open fetched; a gs:// or s3:// object is then read at that version (pinned_object.py),
 so it cannot be replaced between the check and the read. A mismatch is
 `DatasetChanged` naming the file and both identities, never a silent mix of old
 and new samples.
@@ -28,7 +28,7 @@ from shardstream.proto.errors import DatasetNotFound, ShardstreamError, Unreadab
 from shardstream.service.dataset import Shard
 from shardstream.service.file_identity import check_opened
 from shardstream.service.formats import get_format
-from shardstream.service.node.pinned_object import PinnedObject, pinned_generation
+from shardstream.service.node.pinned_object import PinnedObject, pinned_version
 from shardstream.service.node.read_counters import SharedReadCounters
 
 FILE_FETCHERS = 16  # whole files of a unit fetched at once (file-list formats: latency, not CPU)
@@ -99,9 +99,9 @@ class StorageReader:
             raise DatasetNotFound(f"{url!r} disappeared while the job was running") from None
         with raw:
             check_opened(url, version, fs, path, raw)
-            generation = pinned_generation(url, version)
-            if generation is not None:  # every read at the pinned generation, not the live object
-                yield CountingFile(PinnedObject(fs, path, url, generation, int(raw.size)), self.counters)
+            pin = pinned_version(url, version)
+            if pin is not None:  # every read at the pinned version, not the live object
+                yield CountingFile(PinnedObject(fs, path, url, pin, int(raw.size)), self.counters)
             else:
                 yield CountingFile(raw, self.counters)
 
@@ -117,7 +117,7 @@ class StorageReader:
     def read_files(self, files: list[tuple[str, str]]) -> Iterator[bytes | BaseException]:
         def fetch(entry: tuple[str, str]) -> bytes | BaseException:
             try:
-                with self.open(*entry) as f:  # counted, checked, at the pinned generation
+                with self.open(*entry) as f:  # counted, checked, at the pinned version
                     return bytes(f.read())
             except Exception as exc:  # one file's fault is one sample's, named by the caller
                 return exc
