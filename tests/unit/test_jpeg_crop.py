@@ -4,6 +4,8 @@ and a library that decodes otherwise never used."""
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -229,3 +231,50 @@ def test_without_the_library_the_python_path_runs(monkeypatch: pytest.MonkeyPatc
     transform = ImageTransform(size=112)
     out = {"image": np.empty((3, 112, 112), np.uint8)}
     assert transform.augment_into({"image": JPEG_KINDS["workload q90"]}, np.random.default_rng(0), out) is None
+
+
+def _with_size(data: bytes, width: int, height: int) -> bytes:
+    """The JPEG with its frame header (SOF0) claiming another size, its data unchanged."""
+    at = data.index(b"\xff\xc0") + 5  # marker, length (2), precision (1): then height, width
+    return data[:at] + height.to_bytes(2, "big") + width.to_bytes(2, "big") + data[at + 4 :]
+
+
+def test_a_header_claiming_a_large_image_over_little_data_fails_fast_and_as_pillow_fails() -> None:
+    """An attacker's JPEG: a 6,000 x 6,000 frame over 15 KB of data. The native decode stops at
+    the data's end (a warning) instead of making 108 MB of pixels; the sample then fails as it
+    fails in Pillow."""
+    data = _with_size(JPEG_KINDS["workload q90"], 6000, 6000)
+    assert jpeg_decode.jpeg_size(data)[:2] == (6000, 6000)  # type: ignore[index]
+    out = np.empty((3, 224, 224), np.uint8)
+    started = time.thread_time()
+    assert not jpeg_crop.crop_into(data, 3, 6000, 6000, 2000, 3000, False, out)
+    assert time.thread_time() - started < 0.5
+    transform = ImageTransform(size=224)
+    try:
+        expected: Any = transform.augment(transform.prepare({"image": data}), np.random.default_rng(1))
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            transform.augment_into({"image": data}, np.random.default_rng(1), {"image": out})
+        return
+    made = transform.augment_into({"image": data}, np.random.default_rng(1), {"image": out})
+    assert made is not None and np.array_equal(made[0]["image"], expected["image"])
+
+
+def test_threads_decoding_at_once_get_their_own_crops() -> None:
+    """The library keeps no state between calls: decode threads of one actor may call it at once."""
+    kinds = list(JPEG_KINDS.values())
+
+    def crops(seed: int) -> list[np.ndarray]:
+        rng, made = np.random.default_rng(seed), []
+        for data in kinds * 3:
+            width, height = jpeg_decode.jpeg_size(data)[:2]  # type: ignore[index]
+            out = np.empty((3, height // 2, width // 2), np.uint8)
+            top, left = int(rng.integers(0, height // 2)), int(rng.integers(0, width // 2))
+            assert jpeg_crop.crop_into(data, 3, width, height, top, left, bool(seed % 2), out)
+            made.append(out)
+        return made
+
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(crops, range(8)))
+    assert all(all(np.array_equal(a, b) for a, b in zip(crops(seed), got, strict=True))
+               for seed, got in enumerate(together))
