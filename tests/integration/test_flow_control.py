@@ -18,6 +18,8 @@ import time
 import weakref
 
 import grpc
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 import torch
 
@@ -194,3 +196,35 @@ def test_a_batch_is_dropped_before_its_room_goes_back(service_address: str, data
         loader.close()
     assert len(alive_at_release) >= len(loader) - 1
     assert not any(alive_at_release)
+
+
+@pytest.fixture(scope="module")
+def uneven(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """`idx` and `ids` (int32 lists): step 0 of 4-sample batches holds a 3,000-id sample (padded:
+    ~48 KB for the batch), step 1 a 4,000-id one (~64 KB), the other samples one to five ids."""
+    directory = tmp_path_factory.mktemp("uneven")
+    lengths = [3000 if i == 1 else 4000 if i == 5 else 1 + i % 5 for i in range(40)]
+    pq.write_table(pa.table({"idx": pa.array(range(40), pa.int64()),
+                             "ids": pa.array([list(range(n)) for n in lengths], pa.list_(pa.int32()))}),
+                   directory / "part-0.parquet", row_group_size=8)
+    return str(directory)
+
+
+@pytest.mark.parametrize("shared_memory", [True, False], ids=["shared memory", "bulk socket"])
+def test_a_batch_larger_than_the_room_left_is_delivered_when_room_frees(service_address: str, uneven: str,
+                                                                      shared_memory: bool) -> None:
+    """Step 1 (~64 KB padded) is asked for while step 0 (~48 KB) is the loop's: the window of
+    100 KB has ~52 KB left. The decoder answers with its size; the rank asks again once the loop
+    is done with step 0, and every batch arrives, in order."""
+    with RemoteLoader(service_address, dataset=uneven, batch_size=4, shuffle=False, world_size=1, rank=0,
+                      collate="pad", prefetch=4, prefetch_bytes=100_000, shared_memory=shared_memory) as loader:
+        batches = [batch["idx"].tolist() for batch in loader]
+        assert batches == oracle_batches(40, 1, 0, 4, False, 0, False, 0)
+        assert loader.stats.steps_waited_for_room >= 1
+
+
+def test_a_batch_larger_than_the_whole_window_is_a_clear_error(service_address: str, uneven: str) -> None:
+    with RemoteLoader(service_address, dataset=uneven, batch_size=4, shuffle=False, world_size=1, rank=0,
+                      collate="pad", prefetch_bytes=60_000) as loader, pytest.raises(
+            InvalidJobSpec, match=r"batch 1 is \d+ bytes, more than the rank's whole window of 60000 bytes"):
+        list(loader)

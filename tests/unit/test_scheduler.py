@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from shardstream.client.channels import host_of
 from shardstream.client.placement import StepPlacement
 from shardstream.client.scheduler import LOCALITY_SLACK, StepScheduler
+from shardstream.proto.errors import InvalidJobSpec
 
 
 def test_steps_go_to_the_least_loaded_sender_within_its_cap() -> None:
@@ -65,6 +66,37 @@ def test_max_bytes_is_what_the_window_leaves_for_the_batch() -> None:
     assert (r1.max_bytes, r2.max_bytes) == (1000 - 300, 1000 - 300 - 300)
 
 
+def test_a_batch_larger_than_the_room_it_had_is_asked_for_again_once_there_is_room() -> None:
+    s = StepScheduler(0, 10, window_batches=4, window_bytes=1000, per_sender=10)
+    s.add_sender("a")
+    assert [r.step for r in s.requests()] == [0]
+    s.received("a", 0, 400)
+    assert s.pop_ready() == 0  # handed to the loop: 400 of the window in use
+    (r1,) = s.requests()  # 400 in use + one step at the largest (400) <= 1000; a second would not fit
+    assert (r1.step, r1.max_bytes) == (1, 600)
+    s.needs_room("a", 1, 700)  # step 1 is 700 bytes
+    assert s.requests() == []  # 400 + 700 > 1000: not until the loop is done with step 0
+    assert s.largest_batch == 700
+    s.consumed(0)
+    (again,) = s.requests()
+    assert (again.step, again.max_bytes) == (1, 1000)  # step 1 before any later one, with room
+    s.received("a", 1, 700)
+    assert s.pop_ready() == 1
+
+
+def test_a_batch_larger_than_the_whole_window_is_an_error_and_a_late_answer_is_dropped() -> None:
+    s = StepScheduler(0, 10, window_batches=4, window_bytes=1000, per_sender=10)
+    s.add_sender("a")
+    s.add_sender("b")
+    (r0,) = s.requests()
+    with pytest.raises(InvalidJobSpec, match=r"batch 0 is 1001 bytes, more than the rank's whole window of "
+                                             r"1000 bytes: raise the client's prefetch_bytes"):
+        s.needs_room(r0.sender, 0, 1001)
+    other = "b" if r0.sender == "a" else "a"
+    s.needs_room(other, 0, 10**9)  # from a sender that does not have the step: nothing to do
+    assert s.outstanding == {0: r0.sender}
+
+
 def test_a_failed_senders_steps_go_elsewhere_lowest_first_and_late_answers_are_dropped() -> None:
     s = StepScheduler(0, 6, window_batches=6, window_bytes=10**9, per_sender=3)
     s.add_sender("a")
@@ -114,22 +146,26 @@ def test_every_step_once_in_order_through_random_arrivals_and_failures(
     names = (f"10.0.0.{i % max(1, hosts)}:{i}" for i in range(10**6))
     for _ in range(senders):
         s.add_sender(next(names))
-    in_flight: list[tuple[object, int]] = []  # (sender, step) answers still on their way
+    in_flight: list[tuple[object, int, int]] = []  # (sender, step, max_bytes) answers still on their way
     delivered: list[int] = []
     holding: list[int] = []  # handed to the loop, not consumed yet
-    for _ in range(20 * (steps + 1) + 100):
+    size_of = {step: min(window_bytes, rng.choice(sizes)) for step in range(start, end)}  # a step's batch
+    for _ in range(40 * (steps + 1) + 100):
         if s.finished and not holding:
             break
         for r in s.requests():
             assert r.sender in s.senders
-            in_flight.append((r.sender, r.step))
+            in_flight.append((r.sender, r.step, r.max_bytes))
         assert len(s.outstanding) <= len(s.senders) * per_sender
         assert s.in_flight <= window or s.in_flight == 1
         assert s.in_flight >= len(holding)
         event = rng.random()
         if in_flight and event < 0.6:
-            sender, step = in_flight.pop(rng.randrange(len(in_flight)))
-            s.received(sender, step, rng.choice(sizes))
+            sender, step, max_bytes = in_flight.pop(rng.randrange(len(in_flight)))
+            if size_of[step] > max_bytes:  # the decoder answers with the room the batch needs
+                s.needs_room(sender, step, size_of[step])
+            else:
+                s.received(sender, step, size_of[step])
         elif event < 0.65 and s.senders:
             s.failed(rng.choice(s.senders))  # its answers may still arrive: they must be dropped
             if not s.senders or rng.random() < 0.5:

@@ -17,6 +17,7 @@ from shardstream.proto.wire import (
     TensorSpec,
     WireError,
     encode_batch,
+    encode_needs_room,
     parse_batch,
 )
 from shardstream.proto.writable_bytes import writable_bytes
@@ -191,3 +192,12 @@ def test_writable_bytes_are_new_objects_of_that_size(size: int) -> None:
     assert data == bytes([7]) * size
     if size == 1:
         assert data is not bytes([7])  # never one of the interpreter's shared one-byte objects
+
+
+def test_the_room_a_batch_needs_is_a_batch_without_tensors_that_says_its_size() -> None:
+    message = encode_needs_room(3, 1, 17, 123_456_789)
+    view = parse_batch(message)
+    assert (view.epoch, view.rank, view.step, view.needs_room) == (3, 1, 17, 123_456_789)
+    assert view.tensors == () and view.shared is None and view.bulk_size == 0
+    assert pb.Batch.FromString(message).needs_room == 123_456_789  # what protobuf makes of it
+    assert parse_batch(encode_batch(0, 0, 0, {"x": np.zeros(2)}, np.arange(2))).needs_room == 0

@@ -174,6 +174,12 @@ class DirectPrefetcher:
                 view = sender.unwrap(announced)
                 if view is None:
                     continue
+                if view.needs_room:  # more than the room its want had: wanted again when there is
+                    with self._cond:
+                        self._scheduler.needs_room(sender.address, view.step, view.needs_room)
+                        self._stats.steps_waited_for_room += 1
+                        self._cond.notify_all()
+                    continue
                 shared, bulk = announced.shared is not None, announced.bulk_size > 0
                 del announced
                 converted = (BatchHeader(view.epoch, view.step, view.replaced_samples), self._convert(view))

@@ -77,7 +77,8 @@ class RemoteLoader:
             the loop (the memory prefetching may use; a step in flight counts as the largest batch
             so far); None: 512 MiB. Lowered to the service's job_max_in_flight_bytes / world size
             when it sets one (``window_bytes``). A batch larger than the room its request had is
-            refused with InvalidJobSpec: keep it several times the largest batch.
+            asked for again once there is that much room; one larger than the window is an
+            InvalidJobSpec.
         on_corrupt: ``"fail"`` (default) or ``"skip"`` (replace deterministically, count).
         job_name: ranks of one job share it. Default: the run (SHARDSTREAM_JOB_NAME, else torchrun's
             run id), this loader's place among the process's loaders, and the world size, so a

@@ -13,7 +13,8 @@ The scheduler keeps these invariants:
   `placement`, to the least loaded sender on the step's home host instead while it has at
   most `LOCALITY_SLACK` more outstanding than the least loaded (placement.py);
 - requested, received and handed-out batches together stay within
-  `window_batches` and `window_bytes`. A step not yet received counts as the
+  `window_batches` and `window_bytes`. A batch larger than the room its request had is
+  answered with its size (`needs_room`) and asked for again once there is that much room. A step not yet received counts as the
   largest batch seen so far (`batch_bytes_hint` until one arrives: the rank's
   largest of earlier epochs); with neither, one step is requested at a time. When a failure sends back a step the loop is waiting for while later
   batches fill the window, the latest of those are given up and requested
@@ -27,6 +28,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from shardstream.client.placement import StepPlacement
+from shardstream.proto.errors import InvalidJobSpec
 
 # Steps a sender on a step's home host may have outstanding beyond the least loaded sender and
 # still get the step: enough to keep most steps at home, too few for a slow host to stall a rank.
@@ -122,6 +124,21 @@ class StepScheduler:
         self._arrived[step] = nbytes
         self._largest = max(self._largest, nbytes)
         return True
+
+    def needs_room(self, sender: Hashable, step: int, nbytes: int) -> None:
+        """A sender answered that `step` is `nbytes`, more than the room its request had: the step
+        is asked for again (before any later one) once the window has room for a batch that
+        large. InvalidJobSpec when no window of this size ever will."""
+        if self._where.get(step) != sender:
+            return  # the step went to another sender meanwhile
+        if nbytes > self.window_bytes:
+            raise InvalidJobSpec(f"batch {step} is {nbytes} bytes, more than the rank's whole window of "
+                                 f"{self.window_bytes} bytes: raise the client's prefetch_bytes (or the "
+                                 "service's job_max_in_flight_bytes)")
+        del self._where[step]
+        self._senders[sender].outstanding.discard(step)
+        self._largest = max(self._largest, nbytes)  # a step in flight counts this much from now on
+        heapq.heappush(self._retry, step)
 
     def _make_room_for(self, step: int) -> bool:
         """After a failure, the step the loop waits for may be queued again while later steps fill

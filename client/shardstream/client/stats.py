@@ -28,6 +28,9 @@ class LoaderStats:
     shared_batches: int = 0  # batches a decoder on this host wrote into shared memory (not sent)
     bulk_batches: int = 0  # batches a decoder on another host sent on a bulk socket (not on gRPC)
     steps_at_home: int = 0  # steps asked of a decoder on their home host (placement.py), of `batches`
+    # Batches larger than the room left in the window when asked for, asked for again once there
+    # was room (variable-size batches; one larger than the whole window is an error).
+    steps_waited_for_room: int = 0
     # The largest batch received: the next epoch's window counts a step in flight at this size
     # from its start, so it asks every decoder at once instead of one step until a batch arrives.
     largest_batch_bytes: int = 0

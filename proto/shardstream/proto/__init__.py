@@ -7,7 +7,9 @@
 
 # 2: bulk sockets. A rank opening a stream with `bulk` waits for the decoder's offer, which a
 # decoder of version 1 would never send: versions that differ are refused at once, by name.
-PROTOCOL_VERSION = 2
+# 3: a batch larger than the room a want had comes back as `needs_room` (its size), which a client
+# of version 2 would take for an empty batch.
+PROTOCOL_VERSION = 3
 SERVICE_NAME = "shardstream.v1.Loader"
 # Each decode actor's own port (docs/data-plane.md). FetchBatches is served and
 # called with hand-framed Batch bytes (see wire.py), so both sides name the

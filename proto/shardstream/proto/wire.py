@@ -58,7 +58,7 @@ WIRE_DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "uint16", "ui
 
 # Field numbers of Batch and Tensor in loader.proto.
 _BATCH_EPOCH, _BATCH_RANK, _BATCH_STEP, _BATCH_TENSORS, _BATCH_INDICES, _BATCH_REPLACED = 1, 2, 3, 4, 5, 6
-_BATCH_SHARED, _BATCH_BULK_OFFER, _BATCH_BULK_SIZE = 7, 8, 9
+_BATCH_SHARED, _BATCH_BULK_OFFER, _BATCH_BULK_SIZE, _BATCH_NEEDS_ROOM = 7, 8, 9, 10
 _TENSOR_NAME, _TENSOR_DTYPE, _TENSOR_SHAPE, _TENSOR_DATA = 1, 2, 3, 4
 _SHARED_SLOT, _SHARED_SIZE = 1, 2
 _OFFER_PORT, _OFFER_TOKEN = 1, 2
@@ -120,6 +120,7 @@ class BatchView:
     shared: SharedRef | None = None  # set when the batch itself is in a shared-memory slot
     bulk_size: int = 0  # set when the batch itself follows on the bulk socket: its size
     bulk_offer: BulkOffer | None = None  # set on a stream's first message when it has a bulk socket
+    needs_room: int = 0  # set instead of the batch when it was larger than the want's room: its size
 
 
 # ---------------------------------------------------------------- encoding
@@ -180,6 +181,11 @@ def encode_shared(epoch: int, rank: int, step: int, where: SharedRef) -> bytes:
 def encode_bulk(epoch: int, rank: int, step: int, size: int) -> bytes:
     """The stream's message for a batch whose `size` bytes follow on the bulk socket."""
     return _header(epoch, rank, step) + key(_BATCH_BULK_SIZE, VARINT) + varint(size)
+
+
+def encode_needs_room(epoch: int, rank: int, step: int, size: int) -> bytes:
+    """The stream's answer for a batch of `size` bytes, more than the room its want had."""
+    return _header(epoch, rank, step) + key(_BATCH_NEEDS_ROOM, VARINT) + varint(size)
 
 
 def encode_bulk_offer(offer: BulkOffer) -> bytes:
@@ -284,7 +290,7 @@ def parse_batch(message: bytes | memoryview) -> BatchView:
     indices: list[int] = []
     shared: SharedRef | None = None
     bulk_offer: BulkOffer | None = None
-    bulk_size = 0
+    bulk_size = needs_room = 0
     for field, _wire_type, value in fields(buf):
         if field in ints and isinstance(value, int):
             ints[field] = signed(value)
@@ -298,12 +304,16 @@ def parse_batch(message: bytes | memoryview) -> BatchView:
             bulk_size = signed(value)
         elif field == _BATCH_BULK_OFFER and isinstance(value, memoryview):
             bulk_offer = _parse_offer(value)
+        elif field == _BATCH_NEEDS_ROOM and isinstance(value, int):
+            needs_room = signed(value)
     if bulk_size < 0:
         raise WireError(f"a bulk batch's size must be >= 0, got {bulk_size}")
+    if needs_room < 0:
+        raise WireError(f"the room a batch needs must be >= 0, got {needs_room}")
     return BatchView(epoch=ints[_BATCH_EPOCH], rank=ints[_BATCH_RANK], step=ints[_BATCH_STEP],
                      tensors=tuple(tensors), sample_indices=tuple(indices),
                      replaced_samples=ints[_BATCH_REPLACED], nbytes=len(buf), shared=shared,
-                     bulk_size=bulk_size, bulk_offer=bulk_offer)
+                     bulk_size=bulk_size, bulk_offer=bulk_offer, needs_room=needs_room)
 
 
 def _parse_shared(buf: memoryview) -> SharedRef:
@@ -332,4 +342,4 @@ def _parse_offer(buf: memoryview) -> BulkOffer:
 
 __all__ = ["WIRE_DTYPES", "Allocate", "BatchFrame", "BatchView", "BulkOffer", "FrameHeader", "SharedRef",
            "TensorSpec", "TensorView", "WireError", "encode_batch", "encode_bulk", "encode_bulk_offer",
-           "encode_shared", "parse_batch"]
+           "encode_needs_room", "encode_shared", "parse_batch"]

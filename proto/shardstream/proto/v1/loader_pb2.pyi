@@ -151,7 +151,7 @@ class Tensor(_message.Message):
     def __init__(self, name: _Optional[str] = ..., dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class Batch(_message.Message):
-    __slots__ = ("epoch", "rank", "step", "tensors", "sample_indices", "replaced_samples", "shared", "bulk_offer", "bulk_size")
+    __slots__ = ("epoch", "rank", "step", "tensors", "sample_indices", "replaced_samples", "shared", "bulk_offer", "bulk_size", "needs_room")
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -161,6 +161,7 @@ class Batch(_message.Message):
     SHARED_FIELD_NUMBER: _ClassVar[int]
     BULK_OFFER_FIELD_NUMBER: _ClassVar[int]
     BULK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    NEEDS_ROOM_FIELD_NUMBER: _ClassVar[int]
     epoch: int
     rank: int
     step: int
@@ -170,7 +171,8 @@ class Batch(_message.Message):
     shared: SharedBatch
     bulk_offer: BulkOffer
     bulk_size: int
-    def __init__(self, epoch: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., sample_indices: _Optional[_Iterable[int]] = ..., replaced_samples: _Optional[int] = ..., shared: _Optional[_Union[SharedBatch, _Mapping]] = ..., bulk_offer: _Optional[_Union[BulkOffer, _Mapping]] = ..., bulk_size: _Optional[int] = ...) -> None: ...
+    needs_room: int
+    def __init__(self, epoch: _Optional[int] = ..., rank: _Optional[int] = ..., step: _Optional[int] = ..., tensors: _Optional[_Iterable[_Union[Tensor, _Mapping]]] = ..., sample_indices: _Optional[_Iterable[int]] = ..., replaced_samples: _Optional[int] = ..., shared: _Optional[_Union[SharedBatch, _Mapping]] = ..., bulk_offer: _Optional[_Union[BulkOffer, _Mapping]] = ..., bulk_size: _Optional[int] = ..., needs_room: _Optional[int] = ...) -> None: ...
 
 class BulkOffer(_message.Message):
     __slots__ = ("port", "token")

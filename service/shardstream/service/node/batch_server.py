@@ -47,6 +47,7 @@ from shardstream.proto.wire import (
     encode_batch,
     encode_bulk,
     encode_bulk_offer,
+    encode_needs_room,
     encode_shared,
 )
 from shardstream.proto.writable_bytes import writable_bytes
@@ -291,10 +292,10 @@ class BatchServer:
                     message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
                                            decoded.replaced, allocate)
                 size = message.size if isinstance(message, SharedRef) else len(message)
-                if want.max_bytes and size > want.max_bytes:
-                    raise InvalidJobSpec(
-                        f"batch {want.step} is {size} bytes, more than the {want.max_bytes} bytes "
-                        "the rank's window allows: raise the client's prefetch_bytes")
+                if want.max_bytes and size > want.max_bytes:  # the rank wants it again when it has room
+                    del decoded, message
+                    yield encode_needs_room(opened.epoch, opened.rank, want.step, size)
+                    continue
                 if isinstance(message, SharedRef):
                     message = encode_shared(opened.epoch, opened.rank, want.step, message)
                 elif want.bulk:
