@@ -5,7 +5,6 @@ and a priority class the service does not have is refused by name."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 
 import grpc
@@ -21,7 +20,9 @@ from tests.datasets import oracle_batches, write_indexed
 ROWS = 4000
 BATCH = 8
 SLOW = {"transform": "tests.transforms:slow", "transform_args": {"delay_s": 0.002}}  # ~16 ms a batch
-MEASURE_S = 4.0
+WARMUP_BATCHES = 30  # delivered before the window opens
+WINDOW_BATCHES = 200  # the window the shares are measured over
+WINDOW_TIMEOUT_S = 120.0
 
 
 @pytest.fixture(scope="module")
@@ -51,9 +52,13 @@ def limited(local_ray: None) -> Iterator[str]:
 
 def _shares(address: str, dataset: str, jobs: dict[str, tuple[int, str]]) -> dict[str, float]:
     """Every rank of every job (name -> (ranks, priority class)) pulls batches on a thread; each
-    job's share of the batches delivered in a window once all are running."""
+    job's share of a window of WINDOW_BATCHES batches delivered once all are running (counted in
+    batches, not seconds: a slow machine measures as many)."""
     counts = {name: 0 for name in jobs}
     lock, stop, started = threading.Lock(), threading.Event(), threading.Barrier(sum(r for r, _ in jobs.values()) + 1)
+    window_full = threading.Event()
+    start_total: list[int] = []  # the total delivered when the window opened
+    before: dict[str, int] = {}  # each job's count then
     errors: list[BaseException] = []
 
     def rank(name: str, rank: int, world: int, priority: str) -> None:
@@ -67,27 +72,32 @@ def _shares(address: str, dataset: str, jobs: dict[str, tuple[int, str]]) -> dic
                     next(batches)
                     with lock:
                         counts[name] += 1
+                        total = sum(counts.values())
+                        if not start_total and total >= WARMUP_BATCHES:  # every rank's streams are busy
+                            start_total.append(total)
+                            before.update(counts)
+                        elif start_total and total - start_total[0] >= WINDOW_BATCHES:
+                            window_full.set()
         except BaseException as exc:  # reported by the test
             errors.append(exc)
             started.abort()
+            window_full.set()  # no need to wait for it
 
     threads = [threading.Thread(target=rank, args=(name, r, world, priority), daemon=True)
                for name, (world, priority) in jobs.items() for r in range(world)]
     for thread in threads:
         thread.start()
     started.wait(timeout=120)
-    time.sleep(0.5)
+    full = window_full.wait(timeout=WINDOW_TIMEOUT_S)
+    assert full or errors, f"fewer than {WINDOW_BATCHES} batches in {WINDOW_TIMEOUT_S} s: {counts}"
     with lock:
-        before = dict(counts)
-    time.sleep(MEASURE_S)
-    with lock:
-        window = {name: counts[name] - before[name] for name in counts}
+        window = {name: counts[name] - before.get(name, 0) for name in counts}
     stop.set()
     for thread in threads:
         thread.join(timeout=60)
     assert not errors, errors
     total = sum(window.values())
-    assert total > 20, window
+    assert total >= WINDOW_BATCHES, window
     return {name: n / total for name, n in window.items()}
 
 
