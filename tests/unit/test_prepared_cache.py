@@ -207,19 +207,27 @@ def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Pa
     assert (delta.prepared_misses, delta.prepared_memory_hits, delta.prepared_disk_hits) == (5, 2, 3)
 
 
-def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Path) -> None:
-    """Out of write budget, a prepared sample is not kept (counted as deferred) and is kept when it is
-    prepared again once the budget has grown back; the batch is the same bytes either way."""
-    index = _index(tmp_path / "data")
+def _budget_spent(tmp_path: Path, shard_rows: tuple[int, ...]) -> tuple[Any, ...]:
+    """(index, job, transform, clock, counters, cache, the job's samples): an image job whose node
+    cache has just spent its write budget (0.2 s of writes at the cold share: 4 s of time passing)
+    on a clock the test moves (`clock[0]`)."""
+    index = _index(tmp_path / "data", shard_rows)
     job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
                     allowed_transform_modules=(), seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
-    now = [0.0]
+    clock = [0.0]
     counters = SharedReadCounters()
-    budget = WriteBudget(bank_s=4.0, clock=lambda: now[0])
-    budget.spent(0.2)  # 0.2 s of writes at the cold share (5%): 4 s of time passing, as just before
+    budget = WriteBudget(bank_s=4.0, clock=lambda: clock[0])
+    budget.spent(0.2)
     cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters, budget=budget)
-    samples = cache.for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    return index, job, transform, clock, counters, cache, cache.for_job(
+        index, prepare_identity("image", IMAGE_ARGS, [], transform))
+
+
+def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Path) -> None:
+    """Out of write budget, a prepared sample is not kept (counted as deferred) and is kept when it is
+    prepared again once the budget has grown back; the batch is the same bytes either way."""
+    index, job, transform, now, counters, cache, samples = _budget_spent(tmp_path, (5, 4))
     indices = np.array([3, 7], dtype=np.int64)
     plain = decode_batch(job, memory_reader(index), transform, 0, indices)
     spent = decode_batch(job, memory_reader(index), transform, 0, indices, prepared_samples=samples)
@@ -245,16 +253,7 @@ def test_samples_the_cache_takes_are_kept_whole_and_the_others_made_in_their_row
     wholes: list[bool] = []
     real = jpeg_crop.crop_into
     monkeypatch.setattr(jpeg_crop, "crop_into", lambda *args: wholes.append(args[-1] is not None) or real(*args))
-    index = _index(tmp_path / "data", (8,))
-    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
-                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
-    transform = build_transform("image", IMAGE_ARGS, ())
-    now = [0.0]
-    counters = SharedReadCounters()
-    budget = WriteBudget(bank_s=4.0, clock=lambda: now[0])
-    budget.spent(0.2)  # nothing to spend on writes
-    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters, budget=budget)
-    samples = cache.for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
+    index, job, transform, now, counters, cache, samples = _budget_spent(tmp_path, (8,))
     indices = np.array([1, 0, 3, 2, 4, 6], dtype=np.int64)  # 1 and 3 are PNGs, made the Python way
     expected = encode_batch(0, 0, 0, decode_batch(job, memory_reader(index), transform, 0, indices).arrays, indices)
     spent = decode_batch(job, memory_reader(index), transform, 0, indices, FrameHeader(0, 0, 0),
