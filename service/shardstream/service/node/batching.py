@@ -158,7 +158,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 if sample is None:
                     into = filler.place() if augment_into is not None and filler is not None else None
                     sample, augmented = _made(transform, rows.pop(position), index, prepared_samples,
-                                              augment_into, into, rngs[position] if rngs else None)
+                                              augment_into, into, rngs[position] if into is not None else None)
                 if augment is not None and not augmented:
                     sample = augment(sample, rngs[position])
             except Exception as exc:
@@ -299,7 +299,7 @@ def _made(transform: SampleTransform, row: dict[str, Any], index: int, prepared_
     prepared, and kept."""
     row = readable(row)
     keep = prepared_samples is not None and prepared_samples.keeps_now()
-    if into is not None and rng is not None:
+    if into is not None:
         made = augment_into(row, rng, into, keep)
         if made is not None:
             sample, prepared = made
@@ -313,8 +313,8 @@ def _made(transform: SampleTransform, row: dict[str, Any], index: int, prepared_
 
 
 def _keep(prepared_samples: JobSamples | None, index: int, sample: dict[str, Any]) -> None:
-    """Add a freshly prepared sample to the node's cache (before augment, which may change it in
-    place); a cache that fails costs a warning, never the batch."""
+    """Add a freshly prepared sample the cache takes (`keeps_now`) to it (before augment, which may
+    change it in place); a cache that fails costs a warning, never the batch."""
     if prepared_samples is None:
         return
     try:

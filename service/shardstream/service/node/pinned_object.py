@@ -82,7 +82,7 @@ class PinnedObject(io.RawIOBase):
                 data = self._fs.cat_file(self._path, start=self._position, end=end, generation=self._pin.value)
             else:
                 data = sync(self._fs.loop, _s3_range, self._fs, self._path, self._position, end, self._pin)
-        except (FileNotFoundError, OSError) as exc:
+        except OSError as exc:  # FileNotFoundError: a generation GCS no longer serves
             if isinstance(exc, FileNotFoundError) or _s3_refused(exc):
                 raise DatasetChanged(f"{self._url!r} changed after the job opened it ({self._pin.describe()} is no "
                                      "longer served): the job reads only the files it indexed; open the job again "

@@ -290,28 +290,24 @@ class JobSamples:
             return None
 
     def keeps_now(self) -> bool:
-        """Whether `put` would keep a sample prepared now; when not (the actor's write budget is
-        spent), the sample is counted as deferred, as `put` counts it."""
+        """Whether a sample prepared now is to be kept (then `put` it): not when the actor's write
+        budget is spent (write_budget.py, at the share this job's hit rate gives it), and the
+        sample is then counted as deferred: it is kept when it is prepared again, in a later epoch."""
         if self.cache.budget.allows():
             return True
         self.cache.counters.count(prepared_deferred=1)
         return False
 
     def put(self, index: int, sample: dict[str, Any]) -> None:
-        """Keep a sample prepared here: in this node's tiers when it is its home, else as a copy
-        for its home, sent by `send_to_homes`. Not now when the actor's write budget is spent
-        (write_budget.py, at the share this job's hit rate gives it): it is kept when it is
-        prepared again, in a later epoch."""
-        budget = self.cache.budget
-        if not budget.allows():
-            self.cache.counters.count(prepared_deferred=1)
-            return
+        """Keep a sample prepared here (after `keeps_now`): in this node's tiers when it is its
+        home, else as a copy for its home, sent by `send_to_homes`. The time it takes is spent from
+        the write budget."""
         started = time.perf_counter()
         try:
             self._keep(index, sample)
         finally:
             seconds = time.perf_counter() - started
-            budget.spent(seconds, self.hit_rate)
+            self.cache.budget.spent(seconds, self.hit_rate)
             self.cache.counters.count(keep_seconds=seconds)
 
     def _keep(self, index: int, sample: dict[str, Any]) -> None:

@@ -109,15 +109,25 @@ class ImageTransform:
     def augment(self, sample: Sample, rng: np.random.Generator) -> Sample:
         """Random: crop position and horizontal flip, then HWC -> CHW."""
         pixels: np.ndarray = sample[self.column]
-        if self.mode == "random_crop":
-            top = int(rng.integers(0, pixels.shape[0] - self.height + 1))
-            left = int(rng.integers(0, pixels.shape[1] - self.width + 1))
-            pixels = pixels[top : top + self.height, left : left + self.width]
-        if self.flip and rng.random() < 0.5:
-            pixels = pixels[:, ::-1]
         out = dict(sample)
-        out[self.column] = pixels.transpose(2, 0, 1)  # a view: collate makes the one copy, into the message
+        # A view: collate makes the one copy, into the message.
+        out[self.column] = self._crop_chw(pixels, *self._crop_at(rng, pixels.shape[0], pixels.shape[1]))
         return out
+
+    def _crop_at(self, rng: np.random.Generator, height: int, width: int) -> tuple[int, int, bool]:
+        """(top, left, flip) of the crop of an image of height x width: what augment draws from
+        `rng`, in its order. Prepare left a center crop or a resize at the crop's size (0, 0)."""
+        if self.mode == "random_crop":
+            top = int(rng.integers(0, height - self.height + 1))
+            left = int(rng.integers(0, width - self.width + 1))
+        else:
+            top, left = (height - self.height) // 2, (width - self.width) // 2
+        return top, left, self.flip and rng.random() < 0.5
+
+    def _crop_chw(self, pixels: np.ndarray, top: int, left: int, flip: bool) -> np.ndarray:
+        """The crop of HWC `pixels` at (top, left), mirrored when `flip`, as a CHW view."""
+        pixels = pixels[top : top + self.height, left : left + self.width]
+        return (pixels[:, ::-1] if flip else pixels).transpose(2, 0, 1)
 
     def augment_into(self, row: Sample, rng: np.random.Generator, out: Mapping[str, np.ndarray],
                      keep: bool = False) -> tuple[Sample, Sample | None] | None:
@@ -137,20 +147,13 @@ class ImageTransform:
         if header is None or not self._crops_natively(header):
             return None
         width, height = header[0], header[1]
-        if self.mode == "random_crop":
-            top = int(rng.integers(0, height - self.height + 1))
-            left = int(rng.integers(0, width - self.width + 1))
-        else:
-            top, left = (height - self.height) // 2, (width - self.width) // 2
-        flip = self.flip and rng.random() < 0.5
+        top, left, flip = self._crop_at(rng, height, width)
         whole = np.empty((height, width, self.channels), np.uint8) if keep else None
         if jpeg_crop.crop_into(data, self.channels, width, height, top, left, flip, target, whole):
             prepared = whole if whole is None or self.mode == "random_crop" else self._center(whole)
         else:  # damaged, or not what its header said: Pillow decodes it, or raises what it always raised
-            prepared = self._pixels(data)
-            pixels = prepared[top : top + self.height, left : left + self.width] if self.mode == "random_crop" \
-                else prepared
-            target[...] = (pixels[:, ::-1] if flip else pixels).transpose(2, 0, 1)
+            prepared = self._pixels(data)  # a center crop is made already
+            target[...] = self._crop_chw(prepared, *((top, left) if self.mode == "random_crop" else (0, 0)), flip)
         sample = dict(row)
         sample[self.column] = target
         if not keep:
