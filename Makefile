@@ -25,7 +25,7 @@ $(VENV)/.installed: pyproject.toml
 
 # The native JPEG crop: built by the install above, and again when its source changes.
 NATIVE := service/shardstream/service/transforms/_jpeg_crop.so
-$(NATIVE): service/native/jpeg_crop.c service/build_native.py | $(VENV)/.installed
+$(NATIVE): $(wildcard service/native/*.c service/native/*.h) service/build_native.py | $(VENV)/.installed
 	$(PY) service/build_native.py
 
 setup: $(VENV)/.installed $(NATIVE)

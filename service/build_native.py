@@ -1,4 +1,4 @@
-"""Builds the native JPEG crop (native/jpeg_crop.c) against the system's libjpeg-turbo.
+"""Builds the native JPEG crop (native/jpeg_crop.c, native/crop_batch.c) against the system's libjpeg-turbo.
 
 Run by the wheel and editable builds (a hatch build hook, pyproject.toml) and by
 ``python service/build_native.py`` (``make setup`` after the C source changes).
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 SERVICE = Path(__file__).resolve().parent
-SOURCE = SERVICE / "native" / "jpeg_crop.c"
+SOURCES = [SERVICE / "native" / "jpeg_crop.c", SERVICE / "native" / "crop_batch.c"]
 LIBRARY = SERVICE / "shardstream" / "service" / "transforms" / "_jpeg_crop.so"
 FLAGS = ["-O3", "-shared", "-fPIC", "-Wall", "-Wextra"]
 
@@ -39,7 +39,7 @@ def build(target: Path = LIBRARY) -> str:
     if shutil.which(compiler) is None:
         return f"no C compiler ({compiler!r}) on PATH"
     partial = target.with_suffix(".so.partial")
-    command = [compiler, *FLAGS, "-o", str(partial), str(SOURCE), *_libjpeg_flags()]
+    command = [compiler, *FLAGS, "-o", str(partial), *map(str, SOURCES), *_libjpeg_flags()]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         partial.unlink(missing_ok=True)

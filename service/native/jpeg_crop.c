@@ -14,8 +14,7 @@ Python path's at load, and calls it. */
 #include <string.h>
 #include <jpeglib.h>
 
-#define CROP_DONE 0
-#define CROP_NOT_HERE 1 /* not a JPEG this path decodes as the Python path does: decode it there */
+#include "jpeg_crop.h"
 #define BAND 16           /* rows decoded per call: a band of them stays in the core's cache */
 
 struct failure {
@@ -122,6 +121,45 @@ static void whole_and_crop(j_decompress_ptr info, int channels, int top, int lef
                 split_row(band[k] + (size_t)channels * (size_t)left, channels, width, flip,
                           out + (size_t)(y + k - top) * (size_t)width, plane);
     }
+}
+
+/* The kind of JPEG `data` is (a KIND_ of jpeg_crop.h, as simplejpeg's header read names it), its
+width and its height, into `out`; KIND_OTHER for any other: another colour space, sampling factors
+written another way than the usual one, not a JPEG. Only the headers are read. */
+void shardstream_jpeg_header(const uint8_t *data, unsigned long size, int32_t *out) {
+    struct jpeg_decompress_struct info;
+    struct failure failure;
+    volatile int created = 0;
+    out[0] = out[1] = out[2] = 0;
+    if (size < 3 || data[0] != 0xFF || data[1] != 0xD8 || data[2] != 0xFF) return;
+    info.err = jpeg_std_error(&failure.manager);
+    failure.manager.error_exit = on_error;
+    failure.manager.emit_message = on_message;
+    failure.manager.output_message = silent;
+    if (setjmp(failure.jump)) {
+        out[0] = out[1] = out[2] = 0;
+        if (created) jpeg_destroy_decompress(&info);
+        return;
+    }
+    jpeg_create_decompress(&info);
+    created = 1;
+    jpeg_mem_src(&info, data, size);
+    jpeg_read_header(&info, TRUE);
+    int kind = KIND_OTHER;
+    const jpeg_component_info *c = info.comp_info;
+    if (info.num_components == 1 && info.jpeg_color_space == JCS_GRAYSCALE) {
+        kind = KIND_GRAY;
+    } else if (info.num_components == 3 && info.jpeg_color_space == JCS_YCbCr && c[1].h_samp_factor == 1 &&
+               c[1].v_samp_factor == 1 && c[2].h_samp_factor == 1 && c[2].v_samp_factor == 1) {
+        static const int factors[][3] = {{1, 1, KIND_444}, {2, 1, KIND_422}, {2, 2, KIND_420},
+                                         {1, 2, KIND_440}, {4, 1, KIND_411}};
+        for (size_t k = 0; k < sizeof factors / sizeof factors[0]; k++)
+            if (c[0].h_samp_factor == factors[k][0] && c[0].v_samp_factor == factors[k][1]) kind = factors[k][2];
+    }
+    out[0] = (int32_t)info.image_width;
+    out[1] = (int32_t)info.image_height;
+    out[2] = kind;
+    jpeg_destroy_decompress(&info);
 }
 
 /* Decode `data` (`size` bytes, a JPEG of `image_width` x `image_height`) as `channels` (1: luma, 3:

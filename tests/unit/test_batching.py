@@ -20,9 +20,10 @@ from shardstream.service.node.batching import (
     decode_batch,
 )
 from shardstream.service.node.frame_filler import FrameFiller
-from shardstream.service.transforms import SampleTransform, build_transform, jpeg_crop
+from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.base import collate, collated_specs
 from tests.datasets import memory_reader, write_images, write_indexed
+from tests.native_crops import native_crops, one_sample_at_a_time
 
 IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
 
@@ -221,11 +222,16 @@ def test_a_replaced_sample_after_copied_ones_is_framed_with_its_index_in_a_slot(
     assert bytes(framed.message) == encode_batch(0, 1, 2, plain.arrays, plain.indices, plain.replaced)
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["one native call", "one sample at a time"])
 def test_samples_framed_as_they_are_made_are_the_bytes_the_stack_gives(images_index: DatasetIndex,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
-    """PNGs and JPEGs: the JPEGs after the first sample are decoded straight into their rows by the
-    native crop (the first frames the message), and the message is what the Python path stacks."""
-    crops = _counted(monkeypatch)
+                                                                       monkeypatch: pytest.MonkeyPatch,
+                                                                       batched: bool) -> None:
+    """PNGs and JPEGs: the JPEGs are decoded straight into their rows by the native crop (one
+    sample at a time: those after the first sample, which frames the message), and the message is
+    what the Python path stacks."""
+    if not batched:
+        one_sample_at_a_time(monkeypatch)
+    crops = native_crops(monkeypatch)
     job, indices = _job(images_index, "image", IMAGE_ARGS), np.array([7, 1, 3, 0, 2, 8], dtype=np.int64)
     reader = memory_reader(job.index)
     built = build_transform(job.transform, job.transform_args, ())
@@ -237,23 +243,10 @@ def test_samples_framed_as_they_are_made_are_the_bytes_the_stack_gives(images_in
     assert np.shares_memory(framed.arrays["image"], framed.message)  # no copy after the last sample
 
 
-def _counted(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """The native crop's calls, from now on (its check at load made before)."""
-    assert jpeg_crop.available()
-    calls: list[Any] = []
-    real = jpeg_crop.crop_into
-
-    def counted(*args: Any) -> bool:
-        calls.append(args)
-        return real(*args)
-
-    monkeypatch.setattr(jpeg_crop, "crop_into", counted)
-    return calls
-
-
 def test_a_replaced_sample_after_natively_made_ones_leaves_them_intact(images_index: DatasetIndex,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    crops = _counted(monkeypatch)
+    one_sample_at_a_time(monkeypatch)  # the batch made in one native call: test_native_batch.py
+    crops = native_crops(monkeypatch)
     job = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip")
     indices = np.array([1, 0, 2, 12, 8], dtype=np.int64)  # 12, corrupt and the last: replaced by 0
     reader = memory_reader(job.index)

@@ -33,9 +33,10 @@ from shardstream.service.node.tier_chunks import (
     survey,
 )
 from shardstream.service.node.write_budget import MAX_SHARE, MIN_SHARE, WriteBudget, share_for
-from shardstream.service.transforms import build_transform, jpeg_crop
+from shardstream.service.transforms import build_transform
 from tests.cache_tiers import CHUNK, chunked_tier
 from tests.datasets import memory_reader, write_images
+from tests.native_crops import native_crops, one_sample_at_a_time
 
 IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
 KEY = SampleKey("prepare", "file:///data/part-0.parquet\x00100\x00v1", 3)
@@ -244,15 +245,15 @@ def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Pa
     assert counters.take_delta().prepared_memory_hits == 2
 
 
+@pytest.mark.parametrize("batched", [True, False], ids=["one native call", "one sample at a time"])
 def test_samples_the_cache_takes_are_kept_whole_and_the_others_made_in_their_rows(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batched: bool) -> None:
     """Framed into a message: a JPEG the cache would not keep now (its write budget spent) is
     decoded straight into its row (counted as deferred once); one it keeps is decoded whole in the
     same pass, and kept; the message is the same bytes either way and reads back warm the same."""
-    assert jpeg_crop.available()
-    wholes: list[bool] = []
-    real = jpeg_crop.crop_into
-    monkeypatch.setattr(jpeg_crop, "crop_into", lambda *args: wholes.append(args[-1] is not None) or real(*args))
+    if not batched:
+        one_sample_at_a_time(monkeypatch)
+    wholes = native_crops(monkeypatch)
     index, job, transform, now, counters, cache, samples = _budget_spent(tmp_path, (8,))
     indices = np.array([1, 0, 3, 2, 4, 6], dtype=np.int64)  # 1 and 3 are PNGs, made the Python way
     expected = encode_batch(0, 0, 0, decode_batch(job, memory_reader(index), transform, 0, indices).arrays, indices)

@@ -17,8 +17,9 @@ dtype cannot travel), are framed by the batch server, with one copy more.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,7 @@ from shardstream.service.node.batch_bytes import (
     sample_nbytes,
 )
 from shardstream.service.node.frame_filler import FrameFiller
+from shardstream.service.node.native_batch import native_batch
 from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import Piece, ShardReader
@@ -138,18 +140,23 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                                 f"{type(exc).__name__}: {exc}") from None
     used = np.array(indices, dtype=np.int64, copy=True)
     prepared = _cached(prepared_samples, used)
+    own_collate = getattr(transform, "collate", None)
+    augment = getattr(transform, "augment", None)
+    frames_ahead = header is not None and own_collate is None and collation.stacks_only
+    if frames_ahead and augment is not None and callable(getattr(transform, "crop_batch", None)):
+        with _sending_home(prepared_samples):
+            made = _native(job, reader, transform, epoch, used, header, allocate, prepared, prepared_samples)
+        if made is not None:
+            return made
     missing = [position for position in range(len(used)) if position not in prepared]
     rows = dict(zip(missing, reader.rows(used[missing]), strict=True)) if missing else {}
     samples: list[dict[str, Any]] = []
-    own_collate = getattr(transform, "collate", None)
-    filler = FrameFiller(header, used, allocate, samples) if (
-        header is not None and own_collate is None and collation.stacks_only) else None
+    filler = FrameFiller(header, used, allocate, samples) if frames_ahead else None  # type: ignore[arg-type]
     replaced = 0
     built = 0  # bytes of the samples so far
-    augment = getattr(transform, "augment", None)
     rngs = sample_rngs(job.seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
     augment_into = getattr(transform, "augment_into", None) if filler is not None and augment is not None else None
-    try:
+    with _sending_home(prepared_samples):
         for position in range(len(used)):
             index = int(used[position])
             try:
@@ -176,9 +183,6 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
             built += sample_nbytes(samples[-1])
             check_batch_bytes(built, job.max_batch_bytes, position + 1, len(used),
                               lambda: f"samples {_first_and_last(job, used)}")
-    finally:
-        if prepared_samples is not None:
-            prepared_samples.send_to_homes()
     if own_collate is not None:
         return DecodedBatch(arrays=to_wire(own_collate(samples), f"{job.transform}.collate"), indices=used,
                             replaced=replaced)
@@ -197,6 +201,50 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         raise CorruptSample(f"the batch of samples {_first_and_last(job, used)} does not collate: "
                             f"{_culprit(job, samples, used)}{type(exc).__name__}: {exc}") from None
     return DecodedBatch(arrays=arrays, indices=used, replaced=replaced)
+
+
+@contextlib.contextmanager
+def _sending_home(prepared_samples: JobSamples | None) -> Iterator[None]:
+    """Samples prepared here for other nodes go to them once the batch is made or has failed."""
+    try:
+        yield
+    finally:
+        if prepared_samples is not None:
+            prepared_samples.send_to_homes()
+
+
+def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, used: np.ndarray,
+            header: FrameHeader | None, allocate: Allocate, prepared: dict[int, dict[str, Any]],
+            prepared_samples: JobSamples | None) -> DecodedBatch | None:
+    """The batch made by the transform's one native call (native_batch.py), and the samples it left
+    made here as the loop below makes them; None where that path does not apply, or a sample left
+    fails and is to be replaced (the loop replaces it)."""
+    assert header is not None
+    batch = native_batch(transform, transform.column, job.seed, epoch, reader, used, header, allocate, prepared,
+                         prepared_samples.keeps_now if prepared_samples is not None else None, job.max_batch_bytes)
+    if batch is None:
+        return None
+    for position, kept in batch.kept.items():
+        _keep(prepared_samples, int(used[position]), kept)
+    for position, row in batch.left.items():
+        index = int(used[position])
+        try:
+            cached = prepared.get(position)
+            if cached is not None:
+                sample = transform.augment(cached, sample_rng(job.seed, epoch, index))
+            else:
+                assert row is not None
+                sample, augmented = _made(transform, row, index, prepared_samples, None, None, None,
+                                          batch.keeps.get(position))
+                if not augmented:
+                    sample = transform.augment(sample, sample_rng(job.seed, epoch, index))
+        except Exception as exc:
+            if job.on_corrupt != "skip":
+                raise _corrupt(job, index, exc) from None
+            return None
+        if not batch.fill(position, sample):
+            return None
+    return DecodedBatch(arrays=batch.frame.arrays, indices=used, message=batch.frame.message)
 
 
 def _culprit(job: DecodeJob, samples: list[dict[str, Any]], used: np.ndarray) -> str:
@@ -292,13 +340,14 @@ def _cached(prepared_samples: JobSamples | None, indices: np.ndarray) -> dict[in
 
 def _made(transform: SampleTransform, row: dict[str, Any], index: int, prepared_samples: JobSamples | None,
           augment_into: Any, into: dict[str, np.ndarray] | None,
-          rng: np.random.Generator | None) -> tuple[dict[str, Any], bool]:
+          rng: np.random.Generator | None, keep: bool | None = None) -> tuple[dict[str, Any], bool]:
     """(sample, whether it is augmented already) for a sample the node's cache does not hold:
     made straight into its rows of the message (`into`) by the transform's `augment_into` where
     there is one (with the prepared sample from the same decode when the cache takes it now); else
-    prepared, and kept."""
+    prepared, and kept. `keep`: whether the cache takes it, where that is decided already."""
     row = readable(row)
-    keep = prepared_samples is not None and prepared_samples.keeps_now()
+    if keep is None:
+        keep = prepared_samples is not None and prepared_samples.keeps_now()
     if into is not None:
         made = augment_into(row, rng, into, keep)
         if made is not None:

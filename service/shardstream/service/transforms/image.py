@@ -162,6 +162,38 @@ class ImageTransform:
         whole_sample[self.column] = prepared
         return sample, whole_sample
 
+    def batch_shape(self) -> tuple[int, int, int] | None:
+        """(channels, height, width) of the image a batch made by `crop_batch` holds per sample; None
+        where `crop_batch` does not apply (see augment_into)."""
+        if (self.mode == "resize" or type(self).prepare is not ImageTransform.prepare
+                or type(self).augment is not ImageTransform.augment or not jpeg_crop.available()):
+            return None
+        return self.channels, self.height, self.width
+
+    def crop_batch(self, pointers: np.ndarray, sizes: np.ndarray, take: np.ndarray, words: np.ndarray,
+                   out: np.ndarray, keep: np.ndarray) -> tuple[np.ndarray, dict[int, np.ndarray]]:
+        """``augment(prepare(row), rng)``'s image for each JPEG i of a batch (at `pointers[i]`, of
+        `sizes[i]` bytes) whose `take[i]` is set, written into `out[i]` by one native call, with the
+        draws of the generator ``sample_rng`` gives it (PCG64 seeded with `words[i]`, sample_seeds.py);
+        and where `keep[i]` is set, also its ``prepare`` image from the same decode. Returns (bool
+        [n]: written; position -> prepared image). The others (not taken, another kind of image,
+        damaged) are left for the usual path, nothing drawn: `batch_shape` says when to call this."""
+        found = jpeg_crop.headers(pointers, sizes)
+        take = np.asarray(take, dtype=bool) & (found[:, 2] > 0)
+        if take.any():
+            kinds, which = np.unique(found[take], axis=0, return_inverse=True)
+            natively = np.array([self._crops_natively((int(w), int(h), *jpeg_crop.KINDS[int(kind)]))
+                                 for w, h, kind in kinds.tolist()])
+            take[take] = natively[np.ravel(which)]
+        wholes: list[np.ndarray | None] = [
+            np.empty((found[i, 1], found[i, 0], self.channels), np.uint8) if take[i] and keep[i] else None
+            for i in range(len(take))]
+        done = jpeg_crop.crop_batch(pointers, sizes, take, found, words, self.mode == "random_crop", self.flip,
+                                    out, wholes)
+        prepared = {i: whole if self.mode == "random_crop" else self._center(whole)
+                    for i, whole in enumerate(wholes) if whole is not None and done[i]}
+        return done, prepared
+
     def _crops_natively(self, header: tuple[int, int, str, str]) -> bool:
         """Whether a JPEG with this header is one the native crop takes: decoded as Pillow decodes
         it, at full size, not resized. Remembered per header (a dataset has few image sizes)."""

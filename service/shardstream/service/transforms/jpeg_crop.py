@@ -45,6 +45,13 @@ def _library() -> ctypes.CDLL | None:
     crop.restype = ctypes.c_int
     crop.argtypes = [ctypes.c_char_p, ctypes.c_ulong, *[ctypes.c_int] * 8, ctypes.c_void_p, ctypes.c_void_p]
     library.shardstream_jpeg_crop_version.restype = ctypes.c_int
+    library.shardstream_jpeg_headers.restype = None
+    library.shardstream_jpeg_headers.argtypes = [ctypes.c_int, *[ctypes.c_void_p] * 3]
+    library.shardstream_crop_draws.restype = None
+    library.shardstream_crop_draws.argtypes = [ctypes.c_void_p, *[ctypes.c_int] * 6, ctypes.c_void_p]
+    batch = library.shardstream_jpeg_crop_batch
+    batch.restype = ctypes.c_int
+    batch.argtypes = [ctypes.c_int, *[ctypes.c_void_p] * 5, *[ctypes.c_int] * 5, *[ctypes.c_void_p] * 3]
     return library
 
 
@@ -94,4 +101,83 @@ def crop_into(data: bytes, channels: int, image_width: int, image_height: int, t
     return int(status) == DONE
 
 
-__all__ = ["LIBRARY", "available", "crop_into", "libjpeg_version"]
+# shardstream_jpeg_header's kinds (jpeg_crop.h) as simplejpeg's header read names them:
+# (colour space, subsampling); KIND_OTHER (0) is none of these.
+KINDS = {1: ("YCbCr", "444"), 2: ("YCbCr", "422"), 3: ("YCbCr", "420"), 4: ("YCbCr", "440"),
+         5: ("YCbCr", "411"), 6: ("Gray", "Gray")}
+
+
+def _address(array: np.ndarray) -> int:
+    return int(array.__array_interface__["data"][0])
+
+
+def headers(pointers: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """int32 [n, 3]: (width, height, kind) of the JPEGs at `pointers` (uint64 addresses) of `sizes`
+    bytes; kind 0 for any the native crop does not take (KINDS names the others). The memory they
+    point to must stay alive and unchanged during the call."""
+    library = _library()
+    assert library is not None, "headers called where available() is False"
+    pointers, sizes = _addresses(pointers, sizes)
+    out = np.zeros((len(pointers), 3), np.int32)
+    library.shardstream_jpeg_headers(len(pointers), _address(pointers), _address(sizes), _address(out))
+    return out
+
+
+def crop_draws(words: np.ndarray, image_height: int, image_width: int, height: int, width: int,
+               random_crop: bool, flip: bool) -> tuple[int, int, bool]:
+    """(top, left, flip) as the native batch draws them from the PCG64 seeded with `words` (uint64
+    [4], SeedSequence's): what ImageTransform._crop_at draws from that generator."""
+    library = _library()
+    assert library is not None, "crop_draws called where available() is False"
+    words = np.ascontiguousarray(words, dtype=np.uint64)
+    out = np.zeros(3, np.int32)
+    library.shardstream_crop_draws(_address(words), image_height, image_width, height, width, int(random_crop),
+                                   int(flip), _address(out))
+    return int(out[0]), int(out[1]), bool(out[2])
+
+
+def crop_batch(pointers: np.ndarray, sizes: np.ndarray, take: np.ndarray, found: np.ndarray, words: np.ndarray,
+               random_crop: bool, flip: bool, out: np.ndarray, wholes: list[np.ndarray | None]) -> np.ndarray:
+    """Crop each JPEG i whose `take[i]` is set (of the size `found[i]` gives, from `headers`) with the
+    crop and flip ImageTransform._crop_at draws from the PCG64 seeded with `words[i]` (uint64
+    [n, 4]), into `out[i]` (uint8 [n, channels, height, width], C-contiguous), and the whole image
+    into `wholes[i]` where it is not None (uint8 [image height, image width, channels]). Returns
+    bool [n]: written (the others: not taken, damaged, or not what the header said)."""
+    library = _library()
+    assert library is not None, "crop_batch called where available() is False"
+    count = len(pointers)
+    pointers, sizes = _addresses(pointers, sizes)
+    if out.dtype != np.uint8 or out.ndim != 4 or len(out) != count or not out.flags.c_contiguous:
+        raise ValueError(f"out must be C-contiguous uint8 [{count}, channels, height, width], got {out.dtype} "
+                         f"{out.shape}")
+    take = np.ascontiguousarray(take, dtype=np.uint8)
+    found = np.ascontiguousarray(found, dtype=np.int32)
+    words = np.ascontiguousarray(words, dtype=np.uint64)
+    if take.shape != (count,) or found.shape != (count, 3) or words.shape != (count, 4) or len(wholes) != count:
+        raise ValueError("take, found, words and wholes must have one entry per JPEG")
+    _, channels, height, width = out.shape
+    whole_pointers = np.zeros(count, np.uint64)
+    for i, whole in enumerate(wholes):
+        if whole is not None:
+            wanted = (int(found[i, 1]), int(found[i, 0]), channels)
+            if whole.dtype != np.uint8 or whole.shape != wanted or not whole.flags.c_contiguous:
+                raise ValueError(f"wholes[{i}] must be C-contiguous uint8 {list(wanted)}, got {whole.dtype} "
+                                 f"{whole.shape}")
+            whole_pointers[i] = _address(whole)
+    status = np.ones(count, np.int32)
+    library.shardstream_jpeg_crop_batch(
+        count, _address(pointers), _address(sizes), _address(take), _address(found), _address(words), channels,
+        height, width, int(random_crop), int(flip), _address(out), _address(whole_pointers), _address(status))
+    return status == DONE
+
+
+def _addresses(pointers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    pointers = np.ascontiguousarray(pointers, dtype=np.uint64)
+    sizes = np.ascontiguousarray(sizes, dtype=np.uint64)
+    if pointers.shape != sizes.shape or pointers.ndim != 1:
+        raise ValueError(f"pointers and sizes must be two 1-d arrays of one length, got {pointers.shape} and "
+                         f"{sizes.shape}")
+    return pointers, sizes
+
+
+__all__ = ["KINDS", "LIBRARY", "available", "crop_batch", "crop_draws", "crop_into", "headers", "libjpeg_version"]

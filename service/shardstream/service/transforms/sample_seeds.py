@@ -59,13 +59,22 @@ class PrecomputedSeed(ISpawnableSeedSequence):  # type: ignore[misc]
 
 def sample_rngs(seed: int, epoch: int, indices: Sequence[int]) -> list[np.random.Generator]:
     """``[sample_rng(seed, epoch, i) for i in indices]``, the same generators, made faster."""
-    entropy = [seed % 2**64, epoch]
-    if not len(indices) or epoch < 0 or min(indices) < 0 or max(indices) > MASK32:
+    words = seed_words(seed, epoch, indices)
+    if words is None:
         return [sample_rng(seed, epoch, int(index)) for index in indices]  # its errors, if any
-    column = np.asarray(indices, dtype=np.uint32)
-    words = pcg64_words([*_uint32_words(entropy[0]), *_uint32_words(epoch)], column)
+    entropy = [seed % 2**64, epoch]
     return [Generator(PCG64(PrecomputedSeed([*entropy, int(index)], row)))  # type: ignore[arg-type]
-            for index, row in zip(column.tolist(), words, strict=True)]
+            for index, row in zip(np.asarray(indices).tolist(), words, strict=True)]
+
+
+def seed_words(seed: int, epoch: int, indices: Sequence[int]) -> np.ndarray | None:
+    """uint64 [n, 4]: the words ``sample_rng(seed, epoch, i)`` seeds its PCG64 with, for each i of
+    `indices`; None where this shortcut does not apply (no indices, a negative epoch or index, an
+    index over 32 bits)."""
+    if not len(indices) or epoch < 0 or min(indices) < 0 or max(indices) > MASK32:
+        return None
+    column = np.asarray(indices, dtype=np.uint32)
+    return pcg64_words([*_uint32_words(seed % 2**64), *_uint32_words(epoch)], column)
 
 
 def _uint32_words(value: int) -> list[int]:
@@ -119,4 +128,4 @@ def pcg64_words(prefix: list[int], last: np.ndarray) -> np.ndarray:
     return low | (high << np.uint64(32))
 
 
-__all__ = ["PrecomputedSeed", "pcg64_words", "sample_rngs"]
+__all__ = ["PrecomputedSeed", "pcg64_words", "sample_rngs", "seed_words"]

@@ -1,0 +1,157 @@
+"""A batch of the image transform made in one native call, straight into the message that is sent.
+
+decode_batch's loop spends Python work on every sample around the native crop: the row turned into
+Python objects, a generator made and three draws, the header read, the call, the copy into the
+frame. Where a batch's samples are JPEGs in an Arrow binary column beside plain number columns,
+this path does the same work per batch instead: the JPEGs' addresses are taken from the row groups'
+buffers (no copy into Python bytes), the native library reads their headers, draws each sample's
+crop and flip from the seed words of its generator and decodes the crops into the batch's rows in
+one call (transforms/jpeg_crop.py, ImageTransform.crop_batch); the number columns are gathered into
+their tensors as numpy arrays, each as the dtype its Python value has in the usual path.
+
+The bytes are the loop's, sample for sample: samples the native call does not take (another kind
+of image, damaged ones, samples the prepared-sample cache holds) are made by decode_batch as the
+loop makes them, into their rows. `native_batch` returns None, having done and counted nothing,
+where it does not apply, and decode_batch runs the loop; it also runs it when one of the samples
+left to it fails and is to be replaced (on_corrupt="skip"), and the cache is then offered that
+batch's samples twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader, TensorSpec
+from shardstream.service.dataset import UNREADABLE_COLUMN
+from shardstream.service.node.reader import Piece, ShardReader
+from shardstream.service.transforms.sample_seeds import seed_words
+
+PYTHON_SCALAR_BYTES = 8  # what batch_bytes.sample_nbytes counts for a Python number
+
+
+@dataclass
+class NativeBatch:
+    """A batch framed and mostly made: the caller makes the samples of `left` (as the loop does,
+    with the keep decisions of `keeps` where one was made), `fill`s each into its rows, and keeps
+    the prepared samples of `kept` in the node's cache."""
+
+    frame: BatchFrame
+    left: dict[int, dict[str, Any] | None]  # position -> its row (None: the cache holds the sample)
+    keeps: dict[int, bool]  # position -> whether the sample is kept, decided already (keeps_now)
+    kept: dict[int, dict[str, Any]]  # position -> its prepared sample, to keep
+
+    def fill(self, position: int, sample: dict[str, Any]) -> bool:
+        """A sample made as the loop makes it, written into its rows: False where it does not fit them."""
+        arrays = self.frame.arrays
+        if sample.keys() != arrays.keys():
+            return False
+        values = {key: np.asarray(value) for key, value in sample.items()}
+        if not all(value.shape == arrays[key].shape[1:] and value.dtype == arrays[key].dtype
+                   for key, value in values.items()):
+            return False
+        for key, value in values.items():
+            arrays[key][position] = value
+        return True
+
+
+def number_dtype(kind: pa.DataType) -> np.dtype | None:
+    """The dtype a column's values have in the usual loop (``np.asarray`` of the Python value
+    ``as_py`` gives), for the plain number columns this path gathers; None for any other column."""
+    if pa.types.is_boolean(kind):
+        return np.dtype(bool)
+    if pa.types.is_integer(kind) and kind != pa.uint64():  # a uint64 past int64 is no int64
+        return np.dtype(np.int64)
+    if pa.types.is_floating(kind):
+        return np.dtype(np.float64)
+    return None
+
+
+def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: ShardReader, used: np.ndarray,
+                 header: FrameHeader, allocate: Allocate, cached: Collection[int],
+                 keeps_now: Callable[[], bool] | None, max_batch_bytes: int) -> NativeBatch | None:
+    """The batch of sample indices `used`, framed into the message of `header` and made but for
+    the samples the cache holds (positions `cached`) and those the native call did not take; None,
+    with nothing done, where this path does not apply. `keeps_now` (None: no cache) decides whether
+    a sample made now is kept."""
+    shape = transform.batch_shape()
+    words = seed_words(seed, epoch, used.tolist())
+    if shape is None or words is None:
+        return None
+    pieces = reader.pieces(used)
+    names = _columns(pieces, image)
+    if names is None:
+        return None
+    count = len(used)
+    dtypes = {name: number_dtype(pieces[0].table.schema.field(name).type) for name in names if name != image}
+    per_sample = int(np.prod(shape)) + PYTHON_SCALAR_BYTES * len(dtypes)  # as the loop counts it
+    if per_sample * count > max_batch_bytes:
+        return None  # the loop raises, naming where it passed the bound
+    specs = [TensorSpec(name, np.dtype(np.uint8), (count, *shape)) if name == image
+             else TensorSpec(name, dtypes[name], (count,)) for name in names]  # type: ignore[arg-type]
+    frame = BatchFrame(header, specs, used, 0, allocate)
+    pointers, sizes = np.zeros(count, np.uint64), np.zeros(count, np.uint64)
+    for piece in pieces:
+        _image_addresses(piece, image, pointers, sizes)
+        for name, dtype in dtypes.items():
+            frame.arrays[name][piece.at] = piece.table.column(name).to_numpy()[piece.rows].astype(dtype)
+    take = np.ones(count, bool)
+    take[list(cached)] = False
+    keep = np.zeros(count, bool)
+    if keeps_now is not None:
+        for position in np.flatnonzero(take).tolist():
+            keep[position] = keeps_now()
+    done, kept = transform.crop_batch(pointers, sizes, take, words, frame.arrays[image], keep)
+    made = np.flatnonzero(take & ~done).tolist()  # taken, not made natively: the loop's steps make them
+    rows = dict(zip(made + list(kept), reader.rows(used[made + list(kept)]), strict=True)) if made or kept else {}
+    for position, pixels in kept.items():
+        sample = rows.pop(position)
+        sample.pop(UNREADABLE_COLUMN, None)
+        sample[image] = pixels
+        kept[position] = sample
+    left: dict[int, dict[str, Any] | None] = {position: rows.get(position) for position in
+                                              sorted([*made, *cached])}
+    return NativeBatch(frame, left, {position: bool(keep[position]) for position in made}, kept)
+
+
+def _columns(pieces: list[Piece], image: str) -> list[str] | None:
+    """The batch's tensors in the loop's order (the row's), when the image is a binary column, every
+    other one a plain number column, and no value is null (the loop's Python values would then
+    differ); else None."""
+    if not pieces:
+        return None
+    schema = pieces[0].table.schema
+    names = [name for name in schema.names if name != UNREADABLE_COLUMN]
+    if image not in names:
+        return None
+    kind = schema.field(image).type
+    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
+        return None
+    if any(number_dtype(schema.field(name).type) is None for name in names if name != image):
+        return None
+    for piece in pieces:
+        if piece.table.schema != schema:
+            return None
+        for name in schema.names:
+            if piece.table.column(name).null_count != (len(piece.table) if name == UNREADABLE_COLUMN else 0):
+                return None  # a null value, or a sample its format could not read
+    return names
+
+
+def _image_addresses(piece: Piece, image: str, pointers: np.ndarray, sizes: np.ndarray) -> None:
+    """The address and size of each JPEG of `piece` in its row group's buffer, at its position."""
+    column = piece.table.column(image)
+    values = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    _, offsets_buffer, data_buffer = values.buffers()
+    offset_type = np.int64 if pa.types.is_large_binary(values.type) else np.int32
+    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[values.offset : values.offset + len(values) + 1]
+    starts = offsets[piece.rows].astype(np.uint64)
+    sizes[piece.at] = (offsets[piece.rows + 1] - offsets[piece.rows]).astype(np.uint64)
+    pointers[piece.at] = (data_buffer.address if data_buffer is not None else 0) + starts
+
+
+__all__ = ["NativeBatch", "native_batch", "number_dtype"]
