@@ -118,3 +118,20 @@ int shardstream_jpeg_crop_batch(int n, const uint8_t *const *data, const uint64_
     }
     return done;
 }
+
+/* For each of `n` decoded images (`pixels[i]`: rows of dims[2 i] (width) x channels, dims[2 i + 1]
+rows) whose `take[i]` is set, the crop and flip drawn as above, into the i-th block of `out`: the
+augment of samples the prepared-sample cache held. The caller checked each image's size. */
+void shardstream_crop_pixels_batch(int n, const uint8_t *const *pixels, const int32_t *dims, const uint8_t *take,
+                                   const uint64_t *seeds, int channels, int height, int width, int random_crop,
+                                   int flip, uint8_t *out) {
+    size_t block = (size_t)channels * (size_t)height * (size_t)width;
+    for (int i = 0; i < n; i++) {
+        if (!take[i]) continue;
+        int image_width = dims[2 * i], image_height = dims[2 * i + 1];
+        int32_t at[3];
+        shardstream_crop_draws(seeds + 4 * i, image_height, image_width, height, width, random_crop, flip, at);
+        shardstream_crop_pixels(pixels[i], image_width, channels, at[0], at[1], height, width, at[2],
+                                out + block * (size_t)i);
+    }
+}

@@ -72,6 +72,17 @@ VECTORIZED static void split_row(const uint8_t *src, int components, int width, 
     }
 }
 
+/* The crop at (top, left) of decoded pixels (rows of image_width x channels), mirrored when `flip`,
+as `channels` planes of height x width in `out`: a prepared sample's augment. */
+void shardstream_crop_pixels(const uint8_t *pixels, int image_width, int channels, int top, int left, int height,
+                             int width, int flip, uint8_t *out) {
+    size_t stride = (size_t)image_width * (size_t)channels;
+    size_t plane = (size_t)height * (size_t)width;
+    for (int y = 0; y < height; y++)
+        split_row(pixels + (size_t)(top + y) * stride + (size_t)channels * (size_t)left, channels, width, flip,
+                  out + (size_t)y * (size_t)width, plane);
+}
+
 /* Rows for a band of decoded scanlines, each starting 8 bytes past a 32-byte boundary. libjpeg-turbo's
 SIMD colour conversion writes a row that starts on a 16- or 32-byte boundary with non-temporal
 stores, which bypass the core's cache: the split that reads the band next then waits on memory, and

@@ -21,4 +21,7 @@ int shardstream_jpeg_crop(const uint8_t *data, unsigned long size, int channels,
                           int image_height, int top, int left, int height, int width, int flip,
                           uint8_t *out, uint8_t *whole);
 
+void shardstream_crop_pixels(const uint8_t *pixels, int image_width, int channels, int top, int left, int height,
+                             int width, int flip, uint8_t *out);
+
 #endif

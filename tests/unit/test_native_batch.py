@@ -18,9 +18,14 @@ from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
+from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
+from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node.reader import ShardReader
+from shardstream.service.node.write_budget import WriteBudget
 from shardstream.service.transforms import build_transform, jpeg_crop, sample_rng
 from shardstream.service.transforms.image import ImageTransform
 from shardstream.service.transforms.sample_seeds import seed_words
+from tests.cache_tiers import chunked_tier
 from tests.datasets import memory_reader
 from tests.jpeg_samples import JPEG_KINDS, cmyk_jpeg, photo, pillow_jpeg, png
 from tests.native_crops import native_crops, one_sample_at_a_time
@@ -195,3 +200,30 @@ def test_a_batch_past_max_batch_bytes_is_refused_as_the_loop_refuses_it(dataset:
     job = dataclasses.replace(_job(dataset, {"size": CROP}), max_batch_bytes=100_000)
     with pytest.raises(Exception, match=r"passes 100,000 bytes with its first 3 of 4 samples"):
         _decode(job, 0, [0, 1, 2, 4])
+
+
+def test_samples_the_cache_holds_are_cropped_in_one_call_without_reading_their_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A warm batch: the prepared images are cropped and flipped by one native call as augment
+    would, their labels come from the cache, and no row group is read for them."""
+    index = _write(tmp_path / "data", _images())
+    job, indices = _job(index, {"size": CROP}), [4, 0, 15, 9, 2, 16, 17]  # JPEGs, CMYK, PNG, the small one
+    transform = build_transform(job.transform, job.transform_args, ())
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], SharedReadCounters(),
+                          budget=WriteBudget(bank_s=1e9))
+    samples = cache.for_job(index, prepare_identity("image", job.transform_args, [], transform))
+    reader = memory_reader(index)
+    with monkeypatch.context() as loop:
+        one_sample_at_a_time(loop)
+        expected = bytes(decode_batch(job, reader, transform, 3, np.array(indices), FrameHeader(3, 1, 4)).message)
+    decode_batch(job, reader, transform, 0, np.array(indices), FrameHeader(0, 1, 4), prepared_samples=samples)
+    read: list[Any] = []
+    real_pieces = ShardReader.pieces
+    monkeypatch.setattr(ShardReader, "pieces", lambda self, at: read.append(at) or real_pieces(self, at))
+    crops: list[Any] = []
+    real = jpeg_crop.crop_pixels_batch
+    monkeypatch.setattr(jpeg_crop, "crop_pixels_batch", lambda images, *args: crops.append(sorted(images))
+                        or real(images, *args))
+    warm = decode_batch(job, reader, transform, 3, np.array(indices), FrameHeader(3, 1, 4), prepared_samples=samples)
+    assert bytes(warm.message) == expected
+    assert crops == [list(range(len(indices)))] and read == []

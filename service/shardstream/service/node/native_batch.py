@@ -19,7 +19,7 @@ batch's samples twice.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,38 +72,46 @@ def number_dtype(kind: pa.DataType) -> np.dtype | None:
 
 
 def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: ShardReader, used: np.ndarray,
-                 header: FrameHeader, allocate: Allocate, cached: Collection[int],
+                 header: FrameHeader, allocate: Allocate, cached: dict[int, dict[str, Any]],
                  keeps_now: Callable[[], bool] | None, max_batch_bytes: int) -> NativeBatch | None:
-    """The batch of sample indices `used`, framed into the message of `header` and made but for
-    the samples the cache holds (positions `cached`) and those the native call did not take; None,
-    with nothing done, where this path does not apply. `keeps_now` (None: no cache) decides whether
-    a sample made now is kept."""
+    """The batch of sample indices `used`, framed into the message of `header` and made but for the
+    samples neither native call took; None, with nothing done, where this path does not apply.
+    `cached`: position -> the prepared sample the node's cache holds (its rows are not read: its
+    augment is the second native call); `keeps_now` (None: no cache) decides whether a sample made
+    now is kept."""
     shape = transform.batch_shape()
     words = seed_words(seed, epoch, used.tolist())
     if shape is None or words is None:
         return None
-    pieces = reader.pieces(used)
-    names = _columns(pieces, image)
+    count = len(used)
+    missing = np.array([position for position in range(count) if position not in cached], dtype=np.int64)
+    pieces = reader.pieces(used[missing]) if len(missing) else []
+    names = _columns(pieces, image) if pieces else _cached_columns(next(iter(cached.values())), image)
     if names is None:
         return None
-    count = len(used)
-    dtypes = {name: number_dtype(pieces[0].table.schema.field(name).type) for name in names if name != image}
+    schema = pieces[0].table.schema if pieces else reader.index.schema
+    dtypes = {name: number_dtype(schema.field(name).type) for name in names if name != image}
     per_sample = int(np.prod(shape)) + PYTHON_SCALAR_BYTES * len(dtypes)  # as the loop counts it
     if per_sample * count > max_batch_bytes:
         return None  # the loop raises, naming where it passed the bound
     specs = [TensorSpec(name, np.dtype(np.uint8), (count, *shape)) if name == image
              else TensorSpec(name, dtypes[name], (count,)) for name in names]  # type: ignore[arg-type]
     frame = BatchFrame(header, specs, used, 0, allocate)
+    if cached and not _fill_cached(frame, cached, dtypes):
+        return None
+    cropped = transform.crop_prepared_batch({position: sample[image] for position, sample in cached.items()},
+                                            words, frame.arrays[image]) if cached else []
     pointers, sizes = np.zeros(count, np.uint64), np.zeros(count, np.uint64)
     for piece in pieces:
-        _image_addresses(piece, image, pointers, sizes)
+        at = missing[piece.at]
+        _image_addresses(piece, image, at, pointers, sizes)
         for name, dtype in dtypes.items():
-            frame.arrays[name][piece.at] = piece.table.column(name).to_numpy()[piece.rows].astype(dtype)
-    take = np.ones(count, bool)
-    take[list(cached)] = False
+            frame.arrays[name][at] = piece.table.column(name).to_numpy()[piece.rows].astype(dtype)
+    take = np.zeros(count, bool)
+    take[missing] = True
     keep = np.zeros(count, bool)
     if keeps_now is not None:
-        for position in np.flatnonzero(take).tolist():
+        for position in missing.tolist():
             keep[position] = keeps_now()
     done, kept = transform.crop_batch(pointers, sizes, take, words, frame.arrays[image], keep)
     made = np.flatnonzero(take & ~done).tolist()  # taken, not made natively: the loop's steps make them
@@ -114,8 +122,30 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
         sample[image] = pixels
         kept[position] = sample
     left: dict[int, dict[str, Any] | None] = {position: rows.get(position) for position in
-                                              sorted([*made, *cached])}
+                                              sorted([*made, *(set(cached) - set(cropped))])}
     return NativeBatch(frame, left, {position: bool(keep[position]) for position in made}, kept)
+
+
+def _cached_columns(sample: dict[str, Any], image: str) -> list[str] | None:
+    """The batch's tensors in the loop's order when the cache holds every sample: the prepared
+    sample's keys (the row's), when they hold the image."""
+    names = list(sample)
+    return names if image in names else None
+
+
+def _fill_cached(frame: BatchFrame, cached: dict[int, dict[str, Any]], dtypes: dict[str, np.dtype | None]) -> bool:
+    """The number values of the samples the cache holds, into their rows: False where one is not a
+    value of its tensor's dtype (the loop decides what to make of it)."""
+    positions = list(cached)
+    for sample in cached.values():
+        if sample.keys() != frame.arrays.keys():
+            return False
+    for name, dtype in dtypes.items():
+        values = np.asarray([cached[position][name] for position in positions])
+        if values.dtype != dtype or values.shape != (len(positions),):
+            return False
+        frame.arrays[name][positions] = values
+    return True
 
 
 def _columns(pieces: list[Piece], image: str) -> list[str] | None:
@@ -142,16 +172,17 @@ def _columns(pieces: list[Piece], image: str) -> list[str] | None:
     return names
 
 
-def _image_addresses(piece: Piece, image: str, pointers: np.ndarray, sizes: np.ndarray) -> None:
-    """The address and size of each JPEG of `piece` in its row group's buffer, at its position."""
+def _image_addresses(piece: Piece, image: str, at: np.ndarray, pointers: np.ndarray, sizes: np.ndarray) -> None:
+    """The address and size of each JPEG of `piece` in its row group's buffer, at its position in
+    the batch (`at`)."""
     column = piece.table.column(image)
     values = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
     _, offsets_buffer, data_buffer = values.buffers()
     offset_type = np.int64 if pa.types.is_large_binary(values.type) else np.int32
     offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[values.offset : values.offset + len(values) + 1]
     starts = offsets[piece.rows].astype(np.uint64)
-    sizes[piece.at] = (offsets[piece.rows + 1] - offsets[piece.rows]).astype(np.uint64)
-    pointers[piece.at] = (data_buffer.address if data_buffer is not None else 0) + starts
+    sizes[at] = (offsets[piece.rows + 1] - offsets[piece.rows]).astype(np.uint64)
+    pointers[at] = (data_buffer.address if data_buffer is not None else 0) + starts
 
 
 __all__ = ["NativeBatch", "native_batch", "number_dtype"]

@@ -194,6 +194,19 @@ class ImageTransform:
                     for i, whole in enumerate(wholes) if whole is not None and done[i]}
         return done, prepared
 
+    def crop_prepared_batch(self, prepared: dict[int, np.ndarray], words: np.ndarray, out: np.ndarray) -> list[int]:
+        """``augment``'s image for each prepared image (position -> ``prepare``'s pixels, from the
+        node's cache) written into `out[position]` by one native call, with the draws of the
+        generator seeded with `words[position]`; the positions written (the others, of another
+        shape or dtype, are left to ``augment``)."""
+        taken = {position: pixels for position, pixels in prepared.items()
+                 if isinstance(pixels, np.ndarray) and pixels.dtype == np.uint8 and pixels.ndim == 3
+                 and pixels.shape[2] == self.channels and pixels.flags.c_contiguous
+                 and pixels.shape[0] >= self.height and pixels.shape[1] >= self.width}
+        if taken:
+            jpeg_crop.crop_pixels_batch(taken, words, self.mode == "random_crop", self.flip, out)
+        return list(taken)
+
     def _crops_natively(self, header: tuple[int, int, str, str]) -> bool:
         """Whether a JPEG with this header is one the native crop takes: decoded as Pillow decodes
         it, at full size, not resized. Remembered per header (a dataset has few image sizes)."""

@@ -52,6 +52,9 @@ def _library() -> ctypes.CDLL | None:
     batch = library.shardstream_jpeg_crop_batch
     batch.restype = ctypes.c_int
     batch.argtypes = [ctypes.c_int, *[ctypes.c_void_p] * 5, *[ctypes.c_int] * 5, *[ctypes.c_void_p] * 3]
+    pixels = library.shardstream_crop_pixels_batch
+    pixels.restype = None
+    pixels.argtypes = [ctypes.c_int, *[ctypes.c_void_p] * 4, *[ctypes.c_int] * 5, ctypes.c_void_p]
     return library
 
 
@@ -171,6 +174,29 @@ def crop_batch(pointers: np.ndarray, sizes: np.ndarray, take: np.ndarray, found:
     return status == DONE
 
 
+def crop_pixels_batch(images: dict[int, np.ndarray], words: np.ndarray, random_crop: bool, flip: bool,
+                      out: np.ndarray) -> None:
+    """The crop and flip of each decoded image (position -> uint8 [height, width, channels],
+    C-contiguous, at least as large as the crop) that crop_batch would draw from `words[position]`,
+    into `out[position]` (uint8 [n, channels, height, width], C-contiguous), in one call."""
+    library = _library()
+    assert library is not None, "crop_pixels_batch called where available() is False"
+    count, channels, height, width = out.shape
+    if out.dtype != np.uint8 or not out.flags.c_contiguous or words.shape != (count, 4):
+        raise ValueError(f"out must be C-contiguous uint8 [n, channels, height, width] with words [n, 4], got "
+                         f"{out.dtype} {out.shape} and {words.shape}")
+    pointers, dims, take = np.zeros(count, np.uint64), np.zeros((count, 2), np.int32), np.zeros(count, np.uint8)
+    for position, image in images.items():
+        if (image.dtype != np.uint8 or image.ndim != 3 or image.shape[2] != channels or not image.flags.c_contiguous
+                or image.shape[0] < height or image.shape[1] < width):
+            raise ValueError(f"image {position} must be C-contiguous uint8 [height >= {height}, width >= {width}, "
+                             f"{channels}], got {image.dtype} {image.shape}")
+        pointers[position], dims[position], take[position] = _address(image), (image.shape[1], image.shape[0]), 1
+    words = np.ascontiguousarray(words, dtype=np.uint64)
+    library.shardstream_crop_pixels_batch(count, _address(pointers), _address(dims), _address(take), _address(words),
+                                          channels, height, width, int(random_crop), int(flip), _address(out))
+
+
 def _addresses(pointers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pointers = np.ascontiguousarray(pointers, dtype=np.uint64)
     sizes = np.ascontiguousarray(sizes, dtype=np.uint64)
@@ -180,4 +206,5 @@ def _addresses(pointers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.
     return pointers, sizes
 
 
-__all__ = ["KINDS", "LIBRARY", "available", "crop_batch", "crop_draws", "crop_into", "headers", "libjpeg_version"]
+__all__ = ["KINDS", "LIBRARY", "available", "crop_batch", "crop_draws", "crop_into", "crop_pixels_batch", "headers",
+           "libjpeg_version"]
