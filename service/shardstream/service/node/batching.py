@@ -6,7 +6,10 @@ prepared-sample cache (prepared_cache.py) or is made here. Corrupt samples eithe
 are replaced by the next readable sample in global order (deterministic) and
 counted.
 
-Given the message header (the batch server's path), a batch is collated
+Given the message header, the built-in image transform's batch of JPEGs is
+made by one native call straight into the message (native_batch.py), and
+the samples that call does not take by the loop's own steps, into their rows.
+Otherwise, given the message header (the batch server's path), a batch is collated
 straight into the message that is sent (wire.BatchFrame): pre-decoded
 columns are gathered into it, a transform's samples copied into it one by
 one as they are made (frame_filler.py), and that is the batch's only copy

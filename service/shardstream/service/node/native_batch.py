@@ -9,9 +9,11 @@ crop and flip from the seed words of its generator and decodes the crops into th
 one call (transforms/jpeg_crop.py, ImageTransform.crop_batch); the number columns are gathered into
 their tensors as numpy arrays, each as the dtype its Python value has in the usual path.
 
-The bytes are the loop's, sample for sample: samples the native call does not take (another kind
-of image, damaged ones, samples the prepared-sample cache holds) are made by decode_batch as the
-loop makes them, into their rows. `native_batch` returns None, having done and counted nothing,
+Samples the node's prepared-sample cache holds are cropped and flipped from their pixels by a
+second native call with the same draws, and their rows are not read.
+
+The bytes are the loop's, sample for sample: samples neither call takes (another kind of image,
+damaged ones) are made by decode_batch as the loop makes them, into their rows. `native_batch` returns None, having done and counted nothing,
 where it does not apply, and decode_batch runs the loop; it also runs it when one of the samples
 left to it fails and is to be replaced (on_corrupt="skip"), and the cache is then offered that
 batch's samples twice.
@@ -86,7 +88,8 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
     count = len(used)
     missing = np.array([position for position in range(count) if position not in cached], dtype=np.int64)
     pieces = reader.pieces(used[missing]) if len(missing) else []
-    names = _columns(pieces, image) if pieces else _cached_columns(next(iter(cached.values())), image)
+    names = _columns(pieces, image) if pieces else _cached_columns(next(iter(cached.values())), image,
+                                                                   reader.index.schema)
     if names is None:
         return None
     schema = pieces[0].table.schema if pieces else reader.index.schema
@@ -126,11 +129,11 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
     return NativeBatch(frame, left, {position: bool(keep[position]) for position in made}, kept)
 
 
-def _cached_columns(sample: dict[str, Any], image: str) -> list[str] | None:
+def _cached_columns(sample: dict[str, Any], image: str, schema: pa.Schema) -> list[str] | None:
     """The batch's tensors in the loop's order when the cache holds every sample: the prepared
-    sample's keys (the row's), when they hold the image."""
+    sample's keys (the row's), when the dataset's `schema` has them as this path's columns."""
     names = list(sample)
-    return names if image in names else None
+    return names if all(name in schema.names for name in names) and _plain(schema, names, image) else None
 
 
 def _fill_cached(frame: BatchFrame, cached: dict[int, dict[str, Any]], dtypes: dict[str, np.dtype | None]) -> bool:
@@ -152,16 +155,9 @@ def _columns(pieces: list[Piece], image: str) -> list[str] | None:
     """The batch's tensors in the loop's order (the row's), when the image is a binary column, every
     other one a plain number column, and no value is null (the loop's Python values would then
     differ); else None."""
-    if not pieces:
-        return None
     schema = pieces[0].table.schema
     names = [name for name in schema.names if name != UNREADABLE_COLUMN]
-    if image not in names:
-        return None
-    kind = schema.field(image).type
-    if not (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)):
-        return None
-    if any(number_dtype(schema.field(name).type) is None for name in names if name != image):
+    if not _plain(schema, names, image):
         return None
     for piece in pieces:
         if piece.table.schema != schema:
@@ -170,6 +166,15 @@ def _columns(pieces: list[Piece], image: str) -> list[str] | None:
             if piece.table.column(name).null_count != (len(piece.table) if name == UNREADABLE_COLUMN else 0):
                 return None  # a null value, or a sample its format could not read
     return names
+
+
+def _plain(schema: pa.Schema, names: list[str], image: str) -> bool:
+    """Whether `names` hold the image as a binary column and plain number columns beside it."""
+    if image not in names:
+        return False
+    kind = schema.field(image).type
+    return (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)) and all(
+        number_dtype(schema.field(name).type) is not None for name in names if name != image)
 
 
 def _image_addresses(piece: Piece, image: str, at: np.ndarray, pointers: np.ndarray, sizes: np.ndarray) -> None:
