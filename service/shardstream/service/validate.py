@@ -36,15 +36,10 @@ from tqdm import tqdm
 
 from shardstream.service.dataset import DatasetIndex, Shard
 from shardstream.service.formats import index_dataset, job_format_args
-from shardstream.service.node.batching import (
-    DecodeJob,
-    UnreadableSample,
-    check_job_schema,
-    decode_batch,
-    transform_sample,
-)
+from shardstream.service.node.batching import DecodeJob, check_job_schema, decode_batch
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupSource, ShardReader
+from shardstream.service.node.sample_steps import UnreadableSample, transform_sample
 from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.collate import Collation, build_collation

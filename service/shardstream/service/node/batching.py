@@ -21,7 +21,6 @@ dtype cannot travel), are framed by the batch server, with one copy more.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,7 +32,7 @@ from shardstream.proto.errors import CorruptSample, InvalidJobSpec, ShardstreamE
 from shardstream.proto.wire import WIRE_DTYPES, Allocate, BatchFrame, FrameHeader
 from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
-from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex
+from shardstream.service.dataset import DatasetIndex
 from shardstream.service.node.batch_bytes import (
     DEFAULT_MAX_BATCH_BYTES,
     check_batch_bytes,
@@ -45,10 +44,17 @@ from shardstream.service.node.native_batch import native_batch
 from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import Piece, ShardReader
+from shardstream.service.node.sample_steps import (
+    UnreadableSample,
+    augment_sample,
+    keep_sample,
+    made_sample,
+    readable,
+    transform_sample,
+)
 from shardstream.service.plan import SamplingSpec
-from shardstream.service.transforms import (  # not `collate`: that name is a module too
-    SampleTransform,
-    sample_rng,
+from shardstream.service.transforms import (
+    SampleTransform,  # not `collate`: that name is a module too
 )
 from shardstream.service.transforms.base import collate, collated_specs
 from shardstream.service.transforms.collate import PAD, Collation, collate_samples, to_wire
@@ -64,14 +70,8 @@ from shardstream.service.transforms.nulls import MASK, check_nulls
 from shardstream.service.transforms.sample_seeds import sample_rngs
 from shardstream.service.transforms.values import mask_name
 
-log = logging.getLogger(__name__)
-
 MAX_REPLACEMENT_TRIES = 64
 STACK = Collation()  # collate="" : stack each key's values
-
-
-class UnreadableSample(Exception):
-    """A sample its format could not read; the message says why (it is named where it is caught)."""
 
 
 @dataclass(frozen=True)
@@ -167,8 +167,8 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 augmented = False
                 if sample is None:
                     into = filler.place() if augment_into is not None and filler is not None else None
-                    sample, augmented = _made(transform, rows.pop(position), index, prepared_samples,
-                                              augment_into, into, rngs[position] if into is not None else None)
+                    sample, augmented = made_sample(transform, rows.pop(position), index, prepared_samples,
+                                                    augment_into, into, rngs[position] if into is not None else None)
                 if augment is not None and not augmented:
                     sample = augment(sample, rngs[position])
             except Exception as exc:
@@ -228,19 +228,17 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
     if batch is None:
         return None
     for position, kept in batch.kept.items():
-        _keep(prepared_samples, int(used[position]), kept)
+        keep_sample(prepared_samples, int(used[position]), kept)
     for position, row in batch.left.items():
         index = int(used[position])
-        try:
-            cached = prepared.get(position)
-            if cached is not None:
-                sample = transform.augment(cached, sample_rng(job.seed, epoch, index))
-            else:
+        try:  # the loop's steps, without its rows of the message
+            sample, augmented = prepared.get(position), False
+            if sample is None:
                 assert row is not None
-                sample, augmented = _made(transform, row, index, prepared_samples, None, None, None,
-                                          batch.keeps.get(position))
-                if not augmented:
-                    sample = transform.augment(sample, sample_rng(job.seed, epoch, index))
+                sample, augmented = made_sample(transform, row, index, prepared_samples, None, None, None,
+                                                batch.keeps.get(position))
+            if not augmented:
+                sample = augment_sample(transform, sample, job.seed, epoch, index)
         except Exception as exc:
             if job.on_corrupt != "skip":
                 raise _corrupt(job, index, exc) from None
@@ -306,15 +304,6 @@ def _gather_with_variable(pieces: list[Piece], count: int, variable: list[str],
     return out
 
 
-def readable(row: dict[str, Any]) -> dict[str, Any]:
-    """The row without its format's unreadable marker; UnreadableSample when the format could not
-    read it (a file that does not exist)."""
-    unreadable = row.pop(UNREADABLE_COLUMN, None)
-    if unreadable is not None:
-        raise UnreadableSample(unreadable)
-    return row
-
-
 def _corrupt(job: DecodeJob, index: int, exc: Exception) -> CorruptSample:
     where = f"sample {index} ({job.index.describe(index)})"
     if isinstance(exc, UnreadableSample):
@@ -339,57 +328,6 @@ def _cached(prepared_samples: JobSamples | None, indices: np.ndarray) -> dict[in
     if prepared_samples is None:
         return {}
     return prepared_samples.get_many([int(index) for index in indices])
-
-
-def _made(transform: SampleTransform, row: dict[str, Any], index: int, prepared_samples: JobSamples | None,
-          augment_into: Any, into: dict[str, np.ndarray] | None,
-          rng: np.random.Generator | None, keep: bool | None = None) -> tuple[dict[str, Any], bool]:
-    """(sample, whether it is augmented already) for a sample the node's cache does not hold:
-    made straight into its rows of the message (`into`) by the transform's `augment_into` where
-    there is one (with the prepared sample from the same decode when the cache takes it now); else
-    prepared, and kept. `keep`: whether the cache takes it, where that is decided already."""
-    row = readable(row)
-    if keep is None:
-        keep = prepared_samples is not None and prepared_samples.keeps_now()
-    if into is not None:
-        made = augment_into(row, rng, into, keep)
-        if made is not None:
-            sample, prepared = made
-            if prepared is not None:
-                _keep(prepared_samples, index, prepared)
-            return sample, True
-    sample = _prepare(transform, row)
-    if keep:
-        _keep(prepared_samples, index, sample)
-    return sample, False
-
-
-def _keep(prepared_samples: JobSamples | None, index: int, sample: dict[str, Any]) -> None:
-    """Add a freshly prepared sample the cache takes (`keeps_now`) to it (before augment, which may
-    change it in place); a cache that fails costs a warning, never the batch."""
-    if prepared_samples is None:
-        return
-    try:
-        prepared_samples.put(index, sample)
-    except Exception:
-        log.warning("cannot cache prepared sample %d", index, exc_info=True)
-
-
-def _prepare(transform: SampleTransform, row: dict[str, Any]) -> dict[str, Any]:
-    prepare = getattr(transform, "prepare", None)
-    return prepare(readable(row)) if prepare else readable(row)
-
-
-def _augment(transform: SampleTransform, sample: dict[str, Any], seed: int, epoch: int,
-             index: int) -> dict[str, Any]:
-    augment = getattr(transform, "augment", None)
-    return augment(sample, sample_rng(seed, epoch, index)) if augment else sample
-
-
-def transform_sample(transform: SampleTransform, row: dict[str, Any], seed: int, epoch: int,
-                     index: int) -> dict[str, Any]:
-    """`row` prepared and augmented, as a batch holds it (without the prepared-sample cache)."""
-    return _augment(transform, _prepare(transform, row), seed, epoch, index)
 
 
 def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform, epoch: int,
@@ -428,5 +366,4 @@ def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, colla
         check(schema)
 
 
-__all__ = ["DecodeJob", "DecodedBatch", "UnreadableSample", "check_job_schema", "decode_batch", "readable",
-           "transform_sample"]
+__all__ = ["DecodeJob", "DecodedBatch", "check_job_schema", "decode_batch"]

@@ -82,7 +82,7 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
     augment is the second native call); `keeps_now` (None: no cache) decides whether a sample made
     now is kept."""
     shape = transform.batch_shape()
-    words = seed_words(seed, epoch, used.tolist())
+    words = seed_words(seed, epoch, used.tolist()) if shape is not None else None
     if shape is None or words is None:
         return None
     count = len(used)
