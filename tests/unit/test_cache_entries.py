@@ -17,6 +17,7 @@ import pytest
 
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
+from shardstream.service.node import sample_index
 from shardstream.service.node.batching import DecodeJob, decode_batch
 from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.local_copy import LocalCopy
@@ -152,6 +153,48 @@ def test_a_damaged_stored_sample_is_a_miss_counted_and_dropped(tmp_path: Path, h
     again = samples.get(0)
     assert again is not None and again["label"] == 0 and int(again["image"].max()) == 0
     assert counters.take_delta().verified_bytes > 0
+
+
+def test_a_batch_reads_each_shards_index_once_and_finds_what_one_by_one_finds(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shuffled batch's lookups: one read of each shard's index for the rows close together, one
+    per row for rows further apart than SPAN_ROWS; the same samples either way, in both tiers."""
+    monkeypatch.setattr(sample_index, "SPAN_ROWS", 3)
+    index = _index(tmp_path / "data", (6, 4))
+    memory, disk = chunked_tier("memory", tmp_path / "m"), chunked_tier("disk", tmp_path / "d")
+    samples = PreparedCache([memory, disk], SharedReadCounters()).for_job(index, "prepare")
+    for i, tier in ((1, memory), (2, disk), (7, disk), (8, memory), (0, memory)):
+        key = samples._key(i)
+        parts = encode_entry(key, {"image": np.full((2, 2, 3), i, np.uint8), "label": i})
+        assert parts is not None and tier.store(key.folder, key.row, parts, sum(len(p) for p in parts))
+    one_by_one = {i: samples.get(i) for i in range(10)}
+    reads: list[int] = []
+    real = sample_index.SampleIndex.get
+    monkeypatch.setattr(sample_index.SampleIndex, "get", lambda self, folder, row: reads.append(row) or
+                        real(self, folder, row))
+    found = samples.get_many([8, 2, 9, 1, 7, 0, 5])  # shard 1: rows 2, 3, 1 (together); shard 0: 2, 1, 0, 5
+    assert {p: s["label"] for p, s in found.items()} == {0: 8, 1: 2, 3: 1, 4: 7, 5: 0}
+    assert {i: s["label"] for i, s in one_by_one.items() if s is not None} == {0: 0, 1: 1, 2: 2, 7: 7, 8: 8}
+    # shard 0's rows span more than 3: each alone (rows 2, 1, 0, 5 in memory; 2 and 5, still missing, on
+    # disk); shard 1's, one read per tier
+    assert sorted(reads) == [0, 1, 2, 2, 5, 5]
+
+
+def test_an_index_that_cannot_be_read_is_a_fault_for_each_sample_asked(tmp_path: Path) -> None:
+    index = _index(tmp_path / "data")
+    counters = SharedReadCounters()
+    tier = chunked_tier("disk", tmp_path / "tier")
+    samples = PreparedCache([tier], counters).for_job(index, "prepare")
+    samples.put(0, {"image": np.zeros((2, 2, 3), np.uint8), "label": 0})
+    key = samples._key(0)
+    tier.close()
+    path = Path(tier.index.path(key.folder))
+    path.unlink()
+    path.mkdir()  # a directory where the index was
+    counters.take_delta()
+    assert samples.get_many([0, 1, 2]) == {}
+    delta = counters.take_delta()
+    assert delta.faults == {("disk", "io_error"): 3} and delta.prepared_misses == 3
 
 
 def test_fault_counts_travel_summed_per_cache_and_cause() -> None:

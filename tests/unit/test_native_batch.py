@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import re
 from pathlib import Path
@@ -21,6 +22,7 @@ from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_ba
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
+from shardstream.service.node.row_group_views import NativeViews
 from shardstream.service.node.write_budget import WriteBudget
 from shardstream.service.transforms import build_transform, jpeg_crop, sample_rng
 from shardstream.service.transforms.image import ImageTransform
@@ -227,3 +229,39 @@ def test_samples_the_cache_holds_are_cropped_in_one_call_without_reading_their_r
     warm = decode_batch(job, reader, transform, 3, np.array(indices), FrameHeader(3, 1, 4), prepared_samples=samples)
     assert bytes(warm.message) == expected
     assert crops == [list(range(len(indices)))] and read == []
+
+
+def test_a_row_groups_view_is_made_once_and_dropped_with_its_row_group() -> None:
+    """What the path needs of a row group (the JPEGs' addresses, the number columns) is worked out
+    on its first batch and reused by the next; the view goes when its table does."""
+    views = NativeViews()
+    table = pa.table({"image": pa.array([b"ab", b"", b"cdef"]), "label": pa.array([3, 1, 2], pa.int32()),
+                      "flag": pa.array([True, False, True])})
+    view = views.get(table, "image")
+    assert view is not None and views.get(table, "image") is view and len(views) == 1
+    assert view.names == ["image", "label", "flag"]
+    assert view.sizes.tolist() == [2, 0, 4]
+    assert (view.numbers["label"].dtype, view.numbers["label"].tolist()) == (np.dtype(np.int64), [3, 1, 2])
+    assert view.numbers["flag"].tolist() == [True, False, True]
+    assert (view.pointers[2] - view.pointers[0]).item() == 2  # into the table's own buffer
+    del table, view
+    assert len(views) == 0
+
+
+def test_a_row_group_split_in_chunks_keeps_the_buffer_its_addresses_point_into() -> None:
+    parts = [pa.array([b"\x01" * 5, b"\x02" * 3]), pa.array([b"\x03" * 4])]
+    table = pa.table({"image": pa.chunked_array(parts), "label": pa.chunked_array([[1, 2], [3]])})
+    view = NativeViews().get(table, "image")
+    assert view is not None
+    assert [ctypes.string_at(int(p), int(n)) for p, n in zip(view.pointers, view.sizes, strict=True)] == \
+        [b"\x01" * 5, b"\x02" * 3, b"\x03" * 4]
+
+
+@pytest.mark.parametrize("table", [
+    pa.table({"image": pa.array([b"ab", None]), "label": [1, 2]}),  # a null image
+    pa.table({"image": pa.array([b"ab", b"c"]), "label": pa.array([1, None])}),  # a null number
+    pa.table({"image": pa.array([b"ab", b"c"]), "name": ["a", "b"]}),  # a string column
+    pa.table({"image": pa.array(["ab", "c"]), "label": [1, 2]}),  # the image as text
+])
+def test_a_row_group_the_path_does_not_take_has_no_view(table: pa.Table) -> None:
+    assert NativeViews().get(table, "image") is None

@@ -31,6 +31,7 @@ import pyarrow as pa
 from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader, TensorSpec
 from shardstream.service.dataset import UNREADABLE_COLUMN
 from shardstream.service.node.reader import Piece, ShardReader
+from shardstream.service.node.row_group_views import VIEWS, NativeView, number_dtype, plain
 from shardstream.service.transforms.sample_seeds import seed_words
 
 PYTHON_SCALAR_BYTES = 8  # what batch_bytes.sample_nbytes counts for a Python number
@@ -61,38 +62,29 @@ class NativeBatch:
         return True
 
 
-def number_dtype(kind: pa.DataType) -> np.dtype | None:
-    """The dtype a column's values have in the usual loop (``np.asarray`` of the Python value
-    ``as_py`` gives), for the plain number columns this path gathers; None for any other column."""
-    if pa.types.is_boolean(kind):
-        return np.dtype(bool)
-    if pa.types.is_integer(kind) and kind != pa.uint64():  # a uint64 past int64 is no int64
-        return np.dtype(np.int64)
-    if pa.types.is_floating(kind):
-        return np.dtype(np.float64)
-    return None
-
-
 def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: ShardReader, used: np.ndarray,
                  header: FrameHeader, allocate: Allocate, cached: dict[int, dict[str, Any]],
-                 keeps_now: Callable[[], bool] | None, max_batch_bytes: int) -> NativeBatch | None:
+                 keeps_now: Callable[[int], bool] | None, max_batch_bytes: int) -> NativeBatch | None:
     """The batch of sample indices `used`, framed into the message of `header` and made but for the
     samples neither native call took; None, with nothing done, where this path does not apply.
     `cached`: position -> the prepared sample the node's cache holds (its rows are not read: its
-    augment is the second native call); `keeps_now` (None: no cache) decides whether a sample made
-    now is kept."""
+    augment is the second native call); `keeps_now` (None: no cache) decides whether the samples made
+    now are kept."""
     shape = transform.batch_shape()
     words = seed_words(seed, epoch, used.tolist()) if shape is not None else None
     if shape is None or words is None:
         return None
     count = len(used)
-    missing = np.array([position for position in range(count) if position not in cached], dtype=np.int64)
+    missing = np.array([position for position in range(count) if position not in cached], dtype=np.int64) \
+        if cached else np.arange(count)
     pieces = reader.pieces(used[missing]) if len(missing) else []
-    names = _columns(pieces, image) if pieces else _cached_columns(next(iter(cached.values())), image,
-                                                                   reader.index.schema)
+    views = _views(pieces, image)
+    if views is None:
+        return None
+    names = views[0].names if views else _cached_columns(next(iter(cached.values())), image, reader.index.schema)
     if names is None:
         return None
-    schema = pieces[0].table.schema if pieces else reader.index.schema
+    schema = views[0].schema if views else reader.index.schema
     dtypes = {name: number_dtype(schema.field(name).type) for name in names if name != image}
     per_sample = int(np.prod(shape)) + PYTHON_SCALAR_BYTES * len(dtypes)  # as the loop counts it
     if per_sample * count > max_batch_bytes:
@@ -105,17 +97,16 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
     cropped = transform.crop_prepared_batch({position: sample[image] for position, sample in cached.items()},
                                             words, frame.arrays[image]) if cached else []
     pointers, sizes = np.zeros(count, np.uint64), np.zeros(count, np.uint64)
-    for piece in pieces:
+    for piece, view in zip(pieces, views, strict=True):
         at = missing[piece.at]
-        _image_addresses(piece, image, at, pointers, sizes)
-        for name, dtype in dtypes.items():
-            frame.arrays[name][at] = piece.table.column(name).to_numpy()[piece.rows].astype(dtype)
+        pointers[at], sizes[at] = view.pointers[piece.rows], view.sizes[piece.rows]
+        for name in dtypes:
+            frame.arrays[name][at] = view.numbers[name][piece.rows]
     take = np.zeros(count, bool)
     take[missing] = True
     keep = np.zeros(count, bool)
-    if keeps_now is not None:
-        for position in missing.tolist():
-            keep[position] = keeps_now()
+    if keeps_now is not None and len(missing):
+        keep[missing] = keeps_now(len(missing))  # writes come after the call: one answer for all
     done, kept = transform.crop_batch(pointers, sizes, take, words, frame.arrays[image], keep)
     made = np.flatnonzero(take & ~done).tolist()  # taken, not made natively: the loop's steps make them
     rows = dict(zip(made + list(kept), reader.rows(used[made + list(kept)]), strict=True)) if made or kept else {}
@@ -133,7 +124,7 @@ def _cached_columns(sample: dict[str, Any], image: str, schema: pa.Schema) -> li
     """The batch's tensors in the loop's order when the cache holds every sample: the prepared
     sample's keys (the row's), when the dataset's `schema` has them as this path's columns."""
     names = list(sample)
-    return names if all(name in schema.names for name in names) and _plain(schema, names, image) else None
+    return names if all(name in schema.names for name in names) and plain(schema, names, image) else None
 
 
 def _fill_cached(frame: BatchFrame, cached: dict[int, dict[str, Any]], dtypes: dict[str, np.dtype | None]) -> bool:
@@ -151,43 +142,17 @@ def _fill_cached(frame: BatchFrame, cached: dict[int, dict[str, Any]], dtypes: d
     return True
 
 
-def _columns(pieces: list[Piece], image: str) -> list[str] | None:
-    """The batch's tensors in the loop's order (the row's), when the image is a binary column, every
-    other one a plain number column, and no value is null (the loop's Python values would then
-    differ); else None."""
-    schema = pieces[0].table.schema
-    names = [name for name in schema.names if name != UNREADABLE_COLUMN]
-    if not _plain(schema, names, image):
+def _views(pieces: list[Piece], image: str) -> list[NativeView] | None:
+    """The pieces' row-group views, when every one has them (row_group_views.py) with one schema; else None."""
+    views = [VIEWS.get(piece.table, image) for piece in pieces]
+    if not views:
+        return []
+    if not all(views):
         return None
-    for piece in pieces:
-        if piece.table.schema != schema:
-            return None
-        for name in schema.names:
-            if piece.table.column(name).null_count != (len(piece.table) if name == UNREADABLE_COLUMN else 0):
-                return None  # a null value, or a sample its format could not read
-    return names
+    schema = views[0].schema  # type: ignore[union-attr]
+    if not all(view.schema is schema or view.schema.equals(schema) for view in views):  # type: ignore[union-attr]
+        return None
+    return views  # type: ignore[return-value]
 
 
-def _plain(schema: pa.Schema, names: list[str], image: str) -> bool:
-    """Whether `names` hold the image as a binary column and plain number columns beside it."""
-    if image not in names:
-        return False
-    kind = schema.field(image).type
-    return (pa.types.is_binary(kind) or pa.types.is_large_binary(kind)) and all(
-        number_dtype(schema.field(name).type) is not None for name in names if name != image)
-
-
-def _image_addresses(piece: Piece, image: str, at: np.ndarray, pointers: np.ndarray, sizes: np.ndarray) -> None:
-    """The address and size of each JPEG of `piece` in its row group's buffer, at its position in
-    the batch (`at`)."""
-    column = piece.table.column(image)
-    values = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
-    _, offsets_buffer, data_buffer = values.buffers()
-    offset_type = np.int64 if pa.types.is_large_binary(values.type) else np.int32
-    offsets = np.frombuffer(offsets_buffer, dtype=offset_type)[values.offset : values.offset + len(values) + 1]
-    starts = offsets[piece.rows].astype(np.uint64)
-    sizes[at] = (offsets[piece.rows + 1] - offsets[piece.rows]).astype(np.uint64)
-    pointers[at] = (data_buffer.address if data_buffer is not None else 0) + starts
-
-
-__all__ = ["NativeBatch", "native_batch", "number_dtype"]
+__all__ = ["NativeBatch", "native_batch"]

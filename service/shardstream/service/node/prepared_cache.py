@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import contextlib
 import hashlib
 import importlib
 import inspect
@@ -50,6 +51,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
+
+import numpy as np
 
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
@@ -119,12 +122,13 @@ class PreparedCache:
         self.budget = budget or WriteBudget()  # the share of this actor's time keeping samples may take
         self.publish()
 
-    def load(self, tier: SampleTier, key: SampleKey) -> dict[str, Any] | None:
-        """The sample `tier` holds for `key`, verified; None when it holds none or the entry is
-        refused (then dropped, counted and logged)."""
-        slot = 0
+    def load(self, tier: SampleTier, key: SampleKey, slot: int | None = None) -> dict[str, Any] | None:
+        """The sample `tier` holds for `key` (at `slot` when looked up already), verified; None when
+        it holds none or the entry is refused (then dropped, counted and logged)."""
+        looked_up, slot = slot, 0
         try:
-            found = tier.load_file(key.folder, key.row)
+            found = (tier.load_file(key.folder, key.row) if looked_up is None
+                     else tier.load_slot(key.folder, key.row, looked_up))
             if found is None:
                 return None
             data, slot = found
@@ -204,6 +208,21 @@ class PreparedCache:
         self.counters.set_prepared_bytes(levels.get("memory", 0), levels.get("disk", 0))
 
 
+def _slots(tier: SampleTier, keys: list[SampleKey]) -> list[int | None]:
+    """Where `tier` holds each key's entry (0: not held), one index read per shard; None where the
+    index could not be read (`load` then looks that key up alone, and counts its fault)."""
+    by_folder: dict[str, list[int]] = {}
+    for position, key in enumerate(keys):
+        by_folder.setdefault(key.folder, []).append(position)
+    slots: list[int | None] = [None] * len(keys)
+    for folder, positions in by_folder.items():
+        with contextlib.suppress(CacheFault):
+            for position, slot in zip(positions, tier.slots(folder, np.array([keys[p].row for p in positions])).tolist(),
+                                      strict=True):
+                slots[position] = slot
+    return slots
+
+
 @dataclass
 class JobSamples:
     """One job's view of the cache: samples by global index. `max_bytes` (the service's
@@ -248,18 +267,24 @@ class JobSamples:
         counts: collections.Counter[str] = collections.Counter()
         peers = self._peers()
         lacking: dict[str, list[tuple[int, SampleKey]]] = {}  # home node -> (position, key)
-        for position, index in enumerate(indices):
-            key = self._key(int(index))
-            for tier in self.cache.tiers:
-                sample = self.cache.load(tier, key)
+        keys = [self._key(int(index)) for index in indices]
+        left = list(range(len(keys)))  # positions no tier has given yet
+        for tier in self.cache.tiers:
+            slots = _slots(tier, [keys[position] for position in left])
+            still = []
+            for position, slot in zip(left, slots, strict=True):
+                sample = self.cache.load(tier, keys[position], slot) if slot != 0 else None
                 if sample is not None:
                     found[position] = sample
                     counts[f"prepared_{tier.name}_hits"] += 1
-                    break
-            else:
-                home = peers.home(key.folder, key.row) if peers is not None else None
-                if peers is not None and home is not None and home != peers.node_id:
-                    lacking.setdefault(home, []).append((position, key))
+                else:
+                    still.append(position)
+            left = still
+        for position in left:
+            key = keys[position]
+            home = peers.home(key.folder, key.row) if peers is not None else None
+            if peers is not None and home is not None and home != peers.node_id:
+                lacking.setdefault(home, []).append((position, key))
         if peers is not None and lacking:
             files = peers.fetch({home: [(key.folder, key.row) for _, key in wanted]
                                  for home, wanted in lacking.items()})
@@ -289,13 +314,13 @@ class JobSamples:
             record_fault(self.cache.counters, "peer", f"node {home}: {key.folder}/{key.row}", fault)
             return None
 
-    def keeps_now(self) -> bool:
-        """Whether a sample prepared now is to be kept (then `put` it): not when the actor's write
-        budget is spent (write_budget.py, at the share this job's hit rate gives it), and the
-        sample is then counted as deferred: it is kept when it is prepared again, in a later epoch."""
+    def keeps_now(self, count: int = 1) -> bool:
+        """Whether `count` samples prepared now are to be kept (then `put` each): not when the
+        actor's write budget is spent (write_budget.py, at the share this job's hit rate gives
+        it), and they are then counted as deferred: kept when prepared again, in a later epoch."""
         if self.cache.budget.allows():
             return True
-        self.cache.counters.count(prepared_deferred=1)
+        self.cache.counters.count(prepared_deferred=count)
         return False
 
     def put(self, index: int, sample: dict[str, Any]) -> None:

@@ -116,6 +116,18 @@ class SampleTier:
             slot = self.index.get(folder, row)
         except OSError as exc:
             raise CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}") from exc
+        return self.load_slot(folder, row, slot)
+
+    def slots(self, folder: str, rows: np.ndarray) -> np.ndarray:
+        """Where the tier holds each of a shard's `rows` (0: not held), for `load_slot`: one read
+        of the index for a batch's rows of a shard. CacheFault when the index cannot be read."""
+        try:
+            return self.index.get_many(folder, rows)
+        except OSError as exc:
+            raise CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}") from exc
+
+    def load_slot(self, folder: str, row: int, slot: int) -> tuple[np.ndarray, int] | None:
+        """`load_file` of a row whose slot was looked up already (0: None)."""
         if not slot:
             return None
         try:

@@ -16,12 +16,15 @@ import struct
 import threading
 import time
 
+import numpy as np
+
 from shardstream.service.node.open_files import OpenFiles
 
 SLOT = struct.Struct("<Q")
 GROW_ROWS = 8192  # the file grows by this many slots (64 KiB) at a time
 OPEN_INDEXES = 256  # index files a process keeps open per tier
 ABSENT_S = 1.0  # an index found missing is looked for again after this long (another actor may create it)
+SPAN_ROWS = 8192  # rows of one shard further apart than this are looked up one by one
 ENTRY_ALIGN = 64  # entries start at multiples of this in a chunk (their arrays at 16-byte multiples)
 
 
@@ -83,6 +86,26 @@ class SampleIndex:
                 return 0
             data = os.pread(fd, SLOT.size, row * SLOT.size)
         return SLOT.unpack(data)[0] if len(data) == SLOT.size else 0
+
+    def get_many(self, folder: str, rows: np.ndarray) -> np.ndarray:
+        """uint64 slots of `rows` (0: not held): one read when they lie within SPAN_ROWS of each
+        other (a shuffled batch's rows of one shard), else one per row. OSError as `get`."""
+        slots = np.zeros(len(rows), dtype=np.uint64)
+        if not len(rows):
+            return slots
+        low, high = int(rows.min()), int(rows.max())
+        if high - low >= SPAN_ROWS:
+            slots[:] = [self.get(folder, int(row)) for row in rows]
+            return slots
+        with self._lock:
+            fd = self._fd(folder, create=False)
+            if fd is None:
+                return slots
+            data = os.pread(fd, (high - low + 1) * SLOT.size, low * SLOT.size)
+        held = np.frombuffer(data, dtype="<u8", count=len(data) // SLOT.size)
+        within = rows - low < len(held)  # a file shorter than the rows: those are not held
+        slots[within] = held[rows[within] - low]
+        return slots
 
     def set(self, folder: str, row: int, slot: int) -> None:
         with self._lock:
