@@ -90,7 +90,7 @@ def test_a_batch_larger_than_the_whole_window_is_an_error_and_a_late_answer_is_d
     s.add_sender("b")
     (r0,) = s.requests()
     with pytest.raises(BatchExceedsWindow, match=r"batch 0 is 1001 bytes, more than the rank's whole window of "
-                                             r"1000 bytes: raise the client's prefetch_bytes"):
+                                                 r"1000 bytes: raise the client's prefetch_bytes"):
         s.needs_room(r0.sender, 0, 1001)
     other = "b" if r0.sender == "a" else "a"
     s.needs_room(other, 0, 10**9)  # from a sender that does not have the step: nothing to do
