@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from shardstream.client import InvalidJobSpec, RemoteLoader
+from shardstream.client import BatchExceedsWindow, RemoteLoader
 from shardstream.client.fetcher import DirectPrefetcher
 from shardstream.client.scheduler import StepScheduler
 from shardstream.client.tensors import batch_nbytes
@@ -169,7 +169,7 @@ def test_a_later_epoch_asks_for_its_whole_window_at_once(service_address: str, d
 
 def test_window_smaller_than_one_batch_is_a_clear_error(service_address: str, dataset: str) -> None:
     with RemoteLoader(service_address, dataset=dataset, batch_size=BATCH, world_size=1, rank=0,
-                      prefetch_bytes=1000) as loader, pytest.raises(InvalidJobSpec, match="prefetch_bytes"):
+                      prefetch_bytes=1000) as loader, pytest.raises(BatchExceedsWindow, match="prefetch_bytes"):
         next(iter(loader))
 
 
@@ -226,5 +226,5 @@ def test_a_batch_larger_than_the_room_left_is_delivered_when_room_frees(service_
 def test_a_batch_larger_than_the_whole_window_is_a_clear_error(service_address: str, uneven: str) -> None:
     with RemoteLoader(service_address, dataset=uneven, batch_size=4, shuffle=False, world_size=1, rank=0,
                       collate="pad", prefetch_bytes=60_000) as loader, pytest.raises(
-            InvalidJobSpec, match=r"batch 1 is \d+ bytes, more than the rank's whole window of 60000 bytes"):
+            BatchExceedsWindow, match=r"batch 1 is \d+ bytes, more than the rank's whole window of 60000 bytes"):
         list(loader)

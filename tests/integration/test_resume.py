@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from shardstream.client import InvalidJobSpec, RemoteLoader
+from shardstream.client import CheckpointMismatch, RemoteLoader
 from tests.datasets import oracle_batches, write_indexed
 from tests.stateful import END, check_resumes, loader_passes
 
@@ -141,18 +141,18 @@ def test_refusals_name_the_cause(service_address: str, dataset: str) -> None:
         take(iter(first), 1)
         state = first.state_dict()
     with loader(service_address, dataset, 3, 0, 4, job_name="other-w") as other, \
-            pytest.raises(InvalidJobSpec, match=r"global batch of 8 samples.*3 x batch_size 4 = 12"):
+            pytest.raises(CheckpointMismatch, match=r"global batch of 8 samples.*3 x batch_size 4 = 12"):
         other.load_state_dict(state)
     with loader(service_address, dataset, 2, 0, 4, seed=6, job_name="other-seed") as other, \
-            pytest.raises(InvalidJobSpec, match="changed since it was taken: order seed: 5 -> 6"):
+            pytest.raises(CheckpointMismatch, match="changed since it was taken: order seed: 5 -> 6"):
         other.load_state_dict(state)
     without_manifest = {k: v for k, v in state.items() if k != "manifest"}  # a checkpoint of an earlier version
     with loader(service_address, dataset, 2, 0, 4, seed=6, job_name="other-seed") as other, \
-            pytest.raises(InvalidJobSpec, match="different job spec"):
+            pytest.raises(CheckpointMismatch, match="different job spec"):
         other.load_state_dict(without_manifest)
-    with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(InvalidJobSpec, match="version"):
+    with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(CheckpointMismatch, match="version"):
         same.load_state_dict({"epoch": 1})
-    with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(InvalidJobSpec, match="dataset changed"):
+    with loader(service_address, dataset, 2, 0, 4) as same, pytest.raises(CheckpointMismatch, match="dataset changed"):
         same.load_state_dict({**state, "dataset_fingerprint": "0" * 16})
 
 
@@ -182,11 +182,11 @@ def test_a_resume_after_a_file_or_the_transform_changed_is_refused_naming_it(
         state = first.state_dict()
     with loader(service_address, directory, 1, 0, 4, transform="tests.transforms:scaled",
                 transform_args={"factor": 3}, columns=["idx", "x"], job_name="changed-2") as other, \
-            pytest.raises(InvalidJobSpec, match=r"pipeline transform_args: \{'factor': 2\} -> \{'factor': 3\}"):
+            pytest.raises(CheckpointMismatch, match=r"pipeline transform_args: \{'factor': 2\} -> \{'factor': 3\}"):
         other.load_state_dict(state)
     os.utime(paths[1], (1, 1))  # a rewritten file: a new version
     with loader(service_address, directory, 1, 0, 4, transform="tests.transforms:scaled",
                 transform_args={"factor": 2}, columns=["idx", "x"], job_name="changed-3") as again, \
-            pytest.raises(InvalidJobSpec, match=r"1 file\(s\) changed: .*part-00001\.parquet \(size \d+ -> \d+, "
+            pytest.raises(CheckpointMismatch, match=r"1 file\(s\) changed: .*part-00001\.parquet \(size \d+ -> \d+, "
                           r"version 'mtime=[\d.]+,ino=\d+,size=\d+,ctime=[\d.]+' -> 'mtime=1\.0,"):
         again.load_state_dict(state)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from shardstream.proto.errors import CorruptSample, InvalidJobSpec
+from shardstream.proto.errors import BatchTooLarge, CorruptSample, InvalidJobSpec
 from shardstream.proto.wire import BatchFrame, FrameHeader, encode_batch, parse_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
@@ -306,7 +306,7 @@ def test_a_batch_past_max_batch_bytes_stops_being_built_at_that_sample(images_in
                     max_batch_bytes=2_000)
     counting = _Counting()
     reader = memory_reader(images_index, ["image", "label"])
-    with pytest.raises(InvalidJobSpec, match=r"passes 2,000 bytes with its first 3 of 6 samples .* lower batch_size"):
+    with pytest.raises(BatchTooLarge, match=r"passes 2,000 bytes with its first 3 of 6 samples .* lower batch_size"):
         decode_batch(job, reader, counting, 0, np.array([0, 1, 2, 3, 6, 7], dtype=np.int64))  # type: ignore[arg-type]
     assert counting.prepared == 3
     assert len(decode_batch(dataclasses.replace(job, max_batch_bytes=10_000), reader, counting, 0,
@@ -315,7 +315,7 @@ def test_a_batch_past_max_batch_bytes_stops_being_built_at_that_sample(images_in
 
 def test_plain_columns_past_max_batch_bytes_are_refused_before_gathering(columns_index: DatasetIndex) -> None:
     job = dataclasses.replace(_job(columns_index), max_batch_bytes=64)
-    with pytest.raises(InvalidJobSpec, match=r"passes 64 bytes with its samples"):
+    with pytest.raises(BatchTooLarge, match=r"passes 64 bytes with its samples"):
         _decode(job, 0, [10, 0, 7, 7, 3])
     assert len(_decode(dataclasses.replace(job, max_batch_bytes=1 << 20), 0, [10, 0, 7, 7, 3]).indices) == 5
 

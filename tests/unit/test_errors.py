@@ -13,6 +13,11 @@ from shardstream.proto.errors import ERROR_METADATA_KEY, ERRORS, from_rpc_error,
 BUILTIN_BASE: dict[type[E.ShardstreamError], type[BaseException]] = {
     E.InvalidJobSpec: ValueError,
     E.UnknownTransform: ValueError,
+    E.CheckpointMismatch: ValueError,
+    E.CredentialsError: ValueError,
+    E.StreamProtocolError: ValueError,
+    E.BatchTooLarge: ValueError,
+    E.BatchExceedsWindow: ValueError,
     E.Unauthenticated: PermissionError,
     E.PermissionDenied: PermissionError,
     E.TransformNotAllowed: PermissionError,
@@ -20,6 +25,7 @@ BUILTIN_BASE: dict[type[E.ShardstreamError], type[BaseException]] = {
     E.DatasetNotFound: FileNotFoundError,
     E.UnreadableShard: OSError,
     E.DatasetChanged: OSError,
+    E.StorageAccessDenied: OSError,
     E.SchemaMismatch: ValueError,
     E.CorruptSample: ValueError,
     E.JobNotFound: KeyError,
@@ -36,6 +42,11 @@ CODES: dict[type[E.ShardstreamError], grpc.StatusCode] = {
     E.ShardstreamError: grpc.StatusCode.INTERNAL,
     E.InvalidJobSpec: grpc.StatusCode.INVALID_ARGUMENT,
     E.UnknownTransform: grpc.StatusCode.INVALID_ARGUMENT,
+    E.CheckpointMismatch: grpc.StatusCode.INVALID_ARGUMENT,
+    E.CredentialsError: grpc.StatusCode.INVALID_ARGUMENT,
+    E.StreamProtocolError: grpc.StatusCode.INVALID_ARGUMENT,
+    E.BatchTooLarge: grpc.StatusCode.INVALID_ARGUMENT,
+    E.BatchExceedsWindow: grpc.StatusCode.INVALID_ARGUMENT,
     E.Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
     E.PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
     E.TransformNotAllowed: grpc.StatusCode.PERMISSION_DENIED,
@@ -43,6 +54,7 @@ CODES: dict[type[E.ShardstreamError], grpc.StatusCode] = {
     E.DatasetNotFound: grpc.StatusCode.NOT_FOUND,
     E.UnreadableShard: grpc.StatusCode.FAILED_PRECONDITION,
     E.DatasetChanged: grpc.StatusCode.FAILED_PRECONDITION,
+    E.StorageAccessDenied: grpc.StatusCode.FAILED_PRECONDITION,
     E.SchemaMismatch: grpc.StatusCode.FAILED_PRECONDITION,
     E.CorruptSample: grpc.StatusCode.DATA_LOSS,
     E.JobNotFound: grpc.StatusCode.NOT_FOUND,
@@ -82,8 +94,20 @@ def test_each_error_is_also_the_matching_builtin(cls: type[E.ShardstreamError]) 
     assert str(err) == "boom"
 
 
-def test_unknown_transform_is_an_invalid_job_spec() -> None:
-    assert issubclass(E.UnknownTransform, E.InvalidJobSpec)
+@pytest.mark.parametrize(("cls", "base"), [
+    (E.UnknownTransform, E.InvalidJobSpec),
+    (E.CheckpointMismatch, E.InvalidJobSpec),
+    (E.CredentialsError, E.InvalidJobSpec),
+    (E.StreamProtocolError, E.InvalidJobSpec),
+    (E.BatchTooLarge, E.InvalidJobSpec),
+    (E.BatchExceedsWindow, E.BatchTooLarge),
+    (E.DatasetChanged, E.UnreadableShard),
+    (E.StorageAccessDenied, E.UnreadableShard),
+], ids=lambda c: c.__name__)
+def test_each_cause_is_still_the_class_raised_for_it_before(cls: type[E.ShardstreamError],
+                                                            base: type[E.ShardstreamError]) -> None:
+    """`except InvalidJobSpec` and `except UnreadableShard` keep catching what they caught."""
+    assert issubclass(cls, base)
 
 
 def test_the_allowlist_refusals_are_permission_denied() -> None:

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from shardstream.client.channels import host_of
 from shardstream.client.placement import StepPlacement
 from shardstream.client.scheduler import LOCALITY_SLACK, StepScheduler
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import BatchExceedsWindow
 
 
 def test_steps_go_to_the_least_loaded_sender_within_its_cap() -> None:
@@ -89,8 +89,8 @@ def test_a_batch_larger_than_the_whole_window_is_an_error_and_a_late_answer_is_d
     s.add_sender("a")
     s.add_sender("b")
     (r0,) = s.requests()
-    with pytest.raises(InvalidJobSpec, match=r"batch 0 is 1001 bytes, more than the rank's whole window of "
-                                             r"1000 bytes: raise the client's prefetch_bytes"):
+    with pytest.raises(BatchExceedsWindow, match=r"batch 0 is 1001 bytes, more than the rank's whole window of "
+                                                 r"1000 bytes: raise the client's prefetch_bytes"):
         s.needs_room(r0.sender, 0, 1001)
     other = "b" if r0.sender == "a" else "a"
     s.needs_room(other, 0, 10**9)  # from a sender that does not have the step: nothing to do

@@ -11,7 +11,7 @@ import pytest
 
 from shardstream.client.shared_slots import SlotPool, is_local_address
 from shardstream.client.tensors import batch_to_tensors
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import StreamProtocolError
 from shardstream.proto.wire import SharedRef, WireError, encode_batch, parse_batch
 from shardstream.service.node.shared_slots import StreamSlots
 
@@ -78,7 +78,7 @@ def test_only_slot_names_are_opened(tmp_path: Path) -> None:
     (tmp_path / "secret").write_bytes(b"keys")
     slots = StreamSlots(str(tmp_path))
     for name in ("secret", "../secret", "shardstream-slot-1-" + "0" * 31 + "/", "shardstream-slot-x-" + "0" * 32):
-        with pytest.raises(InvalidJobSpec, match="not a slot name"):
+        with pytest.raises(StreamProtocolError, match="not a slot name"):
             slots.allocator(name)
     assert (tmp_path / "secret").read_bytes() == b"keys"
 

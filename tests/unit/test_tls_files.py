@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from shardstream.client import TLS, InvalidJobSpec
+from shardstream.client import TLS, CredentialsError
 from shardstream.service.config import ServiceConfig
 from shardstream.service.tls import CertificateFiles, TlsFiles, server_credentials
 from tests.certs import make_pki
@@ -30,12 +30,12 @@ def test_a_missing_service_file_is_named(tmp_path: Path) -> None:
 
 
 def test_a_missing_client_file_is_named(tmp_path: Path) -> None:
-    with pytest.raises(InvalidJobSpec, match=r"CA file '.*absent\.pem'"):
+    with pytest.raises(CredentialsError, match=r"CA file '.*absent\.pem'"):
         TLS(ca_file=str(tmp_path / "absent.pem")).credentials()
 
 
 def test_a_client_certificate_needs_its_key() -> None:
-    with pytest.raises(InvalidJobSpec, match="go together"):
+    with pytest.raises(CredentialsError, match="go together"):
         TLS(cert_file="client.pem")
 
 
@@ -74,7 +74,7 @@ def test_tls_from_the_environment() -> None:
                          "SHARDSTREAM_CLIENT_TLS_KEY_FILE": "/etc/me.key",
                          "SHARDSTREAM_TLS_CERT_FILE": "/the/service/s/own"}) == TLS(
         ca_file="/etc/ca.pem", cert_file="/etc/me.pem", key_file="/etc/me.key")
-    with pytest.raises(InvalidJobSpec, match="go together"):
+    with pytest.raises(CredentialsError, match="go together"):
         TLS.from_env({"SHARDSTREAM_CLIENT_TLS_CERT_FILE": "/etc/me.pem"})
 
 

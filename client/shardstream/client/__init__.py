@@ -8,7 +8,11 @@ from shardstream.client.loader import RemoteLoader
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tls import TLS
 from shardstream.proto.errors import (
+    BatchExceedsWindow,
+    BatchTooLarge,
+    CheckpointMismatch,
     CorruptSample,
+    CredentialsError,
     DatasetChanged,
     DatasetNotAllowed,
     DatasetNotFound,
@@ -21,7 +25,9 @@ from shardstream.proto.errors import (
     SchemaMismatch,
     ServiceUnavailable,
     ShardstreamError,
+    StorageAccessDenied,
     StorageBusy,
+    StreamProtocolError,
     TooManyJobs,
     TransformNotAllowed,
     Unauthenticated,
@@ -31,7 +37,11 @@ from shardstream.proto.errors import (
 
 __all__ = [
     "TLS",
+    "BatchExceedsWindow",
+    "BatchTooLarge",
+    "CheckpointMismatch",
     "CorruptSample",
+    "CredentialsError",
     "DatasetChanged",
     "DatasetNotAllowed",
     "DatasetNotFound",
@@ -46,7 +56,9 @@ __all__ = [
     "SchemaMismatch",
     "ServiceUnavailable",
     "ShardstreamError",
+    "StorageAccessDenied",
     "StorageBusy",
+    "StreamProtocolError",
     "Token",
     "TooManyJobs",
     "TransformNotAllowed",

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import CredentialsError
 
 ENV_TOKEN = "SHARDSTREAM_TOKEN"
 ENV_TOKEN_FILE = "SHARDSTREAM_TOKEN_FILE"
@@ -53,16 +53,16 @@ class Token:
             try:
                 token = Path(self.file).read_text().strip()
             except (OSError, UnicodeDecodeError) as exc:
-                raise InvalidJobSpec(f"cannot read the token file {self.file!r}: "
-                                     f"{getattr(exc, 'strerror', None) or exc}") from None
+                raise CredentialsError(f"cannot read the token file {self.file!r}: "
+                                       f"{getattr(exc, 'strerror', None) or exc}") from None
             where = f"the token file {self.file!r}"
         else:
             token, where = (self.value or "").strip(), "the token"
         if not token:
-            raise InvalidJobSpec(f"{where} is empty")
+            raise CredentialsError(f"{where} is empty")
         if not all(33 <= ord(c) <= 126 for c in token):
-            raise InvalidJobSpec(f"{where} holds characters an authorization header cannot carry (printable "
-                                 "ASCII without spaces only); the value is not shown")
+            raise CredentialsError(f"{where} holds characters an authorization header cannot carry (printable "
+                                   "ASCII without spaces only); the value is not shown")
         return token
 
     def metadata(self) -> Metadata:

@@ -17,7 +17,12 @@ import grpc
 from shardstream.client.auth import Token, call_metadata
 from shardstream.client.shutdown import track_channel, untrack_channel
 from shardstream.client.tls import TLS, explain_handshake_failure, open_channel
-from shardstream.proto.errors import ServiceUnavailable, ShardstreamError, from_rpc_error
+from shardstream.proto.errors import (
+    DatasetChanged,
+    ServiceUnavailable,
+    ShardstreamError,
+    from_rpc_error,
+)
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 
@@ -133,7 +138,7 @@ class ServiceConnection:
 def _check_same_job(known: pb.OpenJobResponse, job: pb.OpenJobResponse) -> None:
     for field in ("job_id", "dataset_fingerprint", "num_samples", "batches_per_rank"):
         if getattr(known, field) != getattr(job, field):
-            raise ShardstreamError(
+            raise DatasetChanged(
                 f"after reconnecting, the job's {field} is {getattr(job, field)!r} instead of "
                 f"{getattr(known, field)!r}: the dataset or the service changed under the running job")
 

@@ -59,6 +59,7 @@ from shardstream.proto.errors import (
     DeadlineExceeded,
     ServiceUnavailable,
     ShardstreamError,
+    StreamProtocolError,
     from_rpc_error,
 )
 from shardstream.proto.wire import BatchView
@@ -244,7 +245,7 @@ class DirectPrefetcher:
                 deadline = time.monotonic() + self._timeout_s
                 while True:
                     if self._error is not None:
-                        raise self._error if isinstance(self._error, ShardstreamError) else ShardstreamError(
+                        raise self._error if isinstance(self._error, ShardstreamError) else StreamProtocolError(
                             f"{self._describe}: {self._error}")
                     step = self._scheduler.pop_ready()
                     if step is not None:

@@ -43,6 +43,7 @@ from shardstream.proto.errors import (
     JobNotFound,
     ServiceUnavailable,
     ShardstreamError,
+    StreamProtocolError,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 
@@ -305,9 +306,9 @@ class RemoteLoader:
                     message, tensors = item
                     del item
                     if message.step != step or message.epoch != epoch:
-                        raise ShardstreamError(f"job {self.job.job_id} rank {self.rank}: expected epoch "
-                                               f"{epoch} batch {step}, received epoch {message.epoch} "
-                                               f"batch {message.step}")
+                        raise StreamProtocolError(f"job {self.job.job_id} rank {self.rank}: expected epoch "
+                                                  f"{epoch} batch {step}, received epoch {message.epoch} "
+                                                  f"batch {message.step}")
                     step += 1
                     self._steps_done = step
                     self.samples_replaced += message.replaced_samples
@@ -327,8 +328,8 @@ class RemoteLoader:
                 if prefetcher is not None:
                     prefetcher.close()
             if step != len(self):
-                raise ShardstreamError(f"job {self.job.job_id} rank {self.rank} epoch {epoch}: the stream "
-                                       f"ended after {step} of {len(self)} batches")
+                raise StreamProtocolError(f"job {self.job.job_id} rank {self.rank} epoch {epoch}: the stream "
+                                          f"ended after {step} of {len(self)} batches")
         self._waits.ended(time.perf_counter())  # the stream's end, too
 
     def _open_stream(self, epoch: int, start_step: int) -> DirectPrefetcher:

@@ -28,7 +28,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 
 from shardstream.client.placement import StepPlacement
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import BatchExceedsWindow
 
 # Steps a sender on a step's home host may have outstanding beyond the least loaded sender and
 # still get the step: enough to keep most steps at home, too few for a slow host to stall a rank.
@@ -128,13 +128,13 @@ class StepScheduler:
     def needs_room(self, sender: Hashable, step: int, nbytes: int) -> None:
         """A sender answered that `step` is `nbytes`, more than the room its request had: the step
         is asked for again (before any later one) once the window has room for a batch that
-        large. InvalidJobSpec when no window of this size ever will."""
+        large. BatchExceedsWindow when no window of this size ever will."""
         if self._where.get(step) != sender:
             return  # the step went to another sender meanwhile
         if nbytes > self.window_bytes:
-            raise InvalidJobSpec(f"batch {step} is {nbytes} bytes, more than the rank's whole window of "
-                                 f"{self.window_bytes} bytes: raise the client's prefetch_bytes (or the "
-                                 "service's job_max_in_flight_bytes)")
+            raise BatchExceedsWindow(f"batch {step} is {nbytes} bytes, more than the rank's whole window of "
+                                     f"{self.window_bytes} bytes: raise the client's prefetch_bytes (or the "
+                                     "service's job_max_in_flight_bytes)")
         del self._where[step]
         self._senders[sender].outstanding.discard(step)
         self._largest = max(self._largest, nbytes)  # a step in flight counts this much from now on

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from shardstream.client import manifest_diff
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import CheckpointMismatch
 from shardstream.proto.v1 import loader_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -49,13 +49,13 @@ class LoaderState:
     @classmethod
     def from_dict(cls, state: dict[str, Any]) -> LoaderState:
         if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            raise InvalidJobSpec(f"not a shardstream loader state of version {STATE_VERSION}: {state!r}")
+            raise CheckpointMismatch(f"not a shardstream loader state of version {STATE_VERSION}: {state!r}")
         try:
             loaded = cls(**{k: v for k, v in state.items() if k != "version"})
         except TypeError as exc:
-            raise InvalidJobSpec(f"loader state has the wrong fields: {exc}") from None
+            raise CheckpointMismatch(f"loader state has the wrong fields: {exc}") from None
         if loaded.epoch < 0 or loaded.global_cursor < 0 or loaded.global_batch_size <= 0:
-            raise InvalidJobSpec(f"loader state is out of range: {state!r}")
+            raise CheckpointMismatch(f"loader state is out of range: {state!r}")
         return loaded
 
     def check_manifest(self, now: dict[str, Any]) -> None:
@@ -64,8 +64,8 @@ class LoaderState:
         assert self.manifest is not None
         changed = manifest_diff.refusals(self.manifest, now)
         if changed:
-            raise InvalidJobSpec("cannot resume this checkpoint: its dataset or pipeline changed since it was "
-                                 "taken: " + "; ".join(changed))
+            raise CheckpointMismatch("cannot resume this checkpoint: its dataset or pipeline changed since it was "
+                                     "taken: " + "; ".join(changed))
         upgraded = manifest_diff.notes(self.manifest, now)
         if upgraded:
             log.warning("resuming on a service whose packages changed since the checkpoint: %s", ", ".join(upgraded))
@@ -73,16 +73,16 @@ class LoaderState:
     def resume_step(self, spec: pb.JobSpec, dataset_fingerprint: str) -> int:
         """The step this loader resumes at, or a clear error if it cannot resume this state."""
         if spec_fingerprint(spec) != self.spec_fingerprint:
-            raise InvalidJobSpec(
+            raise CheckpointMismatch(
                 "the checkpoint was taken with a different job spec (dataset, shuffle, seed, drop_last, "
                 "transform or columns differ): resume with the spec it was saved with")
         if dataset_fingerprint != self.dataset_fingerprint:
-            raise InvalidJobSpec(
+            raise CheckpointMismatch(
                 f"the dataset changed since the checkpoint (fingerprint {self.dataset_fingerprint}, "
                 f"now {dataset_fingerprint}): its order would not continue where it stopped")
         global_batch = spec.world_size * spec.batch_size
         if global_batch != self.global_batch_size:
-            raise InvalidJobSpec(
+            raise CheckpointMismatch(
                 f"the checkpoint was taken with a global batch of {self.global_batch_size} samples; this "
                 f"loader has world_size {spec.world_size} x batch_size {spec.batch_size} = {global_batch}. "
                 "Keep world_size x batch_size the same to resume on a different world size")

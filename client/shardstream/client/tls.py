@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grpc
 
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import CredentialsError
 
 ENV_PREFIX = "SHARDSTREAM_CLIENT_TLS_"
 
@@ -40,7 +40,7 @@ class TLS:
 
     def __post_init__(self) -> None:
         if bool(self.cert_file) != bool(self.key_file):
-            raise InvalidJobSpec("TLS cert_file and key_file go together: set both, or neither")
+            raise CredentialsError("TLS cert_file and key_file go together: set both, or neither")
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TLS | None:
@@ -117,7 +117,7 @@ def _read(path: str, what: str) -> bytes:
     try:
         return Path(path).read_bytes()
     except OSError as exc:
-        raise InvalidJobSpec(f"cannot read the TLS {what} {path!r}: {exc.strerror or exc}") from None
+        raise CredentialsError(f"cannot read the TLS {what} {path!r}: {exc.strerror or exc}") from None
 
 
 __all__ = ["TLS", "explain_handshake_failure", "open_channel"]

@@ -25,13 +25,40 @@ class ShardstreamError(Exception):
 
 
 class InvalidJobSpec(ShardstreamError, ValueError):
-    """The job spec is malformed: batch_size <= 0, rank >= world_size, ..."""
+    """A job option is invalid: batch_size <= 0, rank >= world_size, a column the dataset lacks, ...
+    The subclasses below name causes that are not an option of the job; each is still an
+    InvalidJobSpec (INVALID_ARGUMENT), as they were raised before they had names of their own."""
 
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class UnknownTransform(InvalidJobSpec):
     """The transform name is neither built in nor importable."""
+
+
+class CheckpointMismatch(InvalidJobSpec):
+    """load_state_dict was given a state this loader cannot resume from: not a loader state of this
+    version, or one taken with another job spec, dataset or global batch size (the message says which)."""
+
+
+class CredentialsError(InvalidJobSpec):
+    """The client's token or TLS files cannot be used: unreadable, empty, a token an authorization
+    header cannot carry, a certificate without its key."""
+
+
+class StreamProtocolError(InvalidJobSpec):
+    """A message broke the wire protocol: a FetchBatches stream that does not open first, a want the
+    stream cannot serve, batches out of order or missing, request bytes that do not parse. A client
+    and a service of one release never do this: a bug, or a peer that is not shardstream."""
+
+
+class BatchTooLarge(InvalidJobSpec):
+    """A batch is larger than the service may send (its max_message_bytes)."""
+
+
+class BatchExceedsWindow(BatchTooLarge):
+    """A batch is larger than the rank's whole receive window (prefetch_bytes, bounded by the
+    service's job_max_in_flight_bytes): it could never be received."""
 
 
 class Unauthenticated(ShardstreamError, PermissionError):
@@ -62,14 +89,22 @@ class DatasetNotFound(ShardstreamError, FileNotFoundError):
 
 
 class UnreadableShard(ShardstreamError, OSError):
-    """A shard exists but cannot be read as Parquet."""
+    """A file of the dataset exists but cannot be read as its format: not Parquet (a tar, a token
+    file, a manifest), truncated or corrupt, a value its format does not allow, a read the store
+    failed. The message names the file."""
 
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class DatasetChanged(UnreadableShard):
-    """A file of the dataset is not the one the job opened: rewritten, replaced or re-linked since.
-    The message names the file and both identities; opening the job again reads the new data."""
+    """A file of the dataset is not the one the job opened: rewritten, replaced or re-linked since;
+    or, after a reconnect, the job the service opened again is not the one that was running.
+    The message names what differs; opening the job again reads the new data."""
+
+
+class StorageAccessDenied(UnreadableShard):
+    """The store refused the service's own credentials for the dataset (not the caller's grants:
+    those are PermissionDenied). The service's storage identity needs read access to it."""
 
 
 class SchemaMismatch(ShardstreamError, ValueError):
@@ -140,6 +175,11 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         ShardstreamError,
         InvalidJobSpec,
         UnknownTransform,
+        CheckpointMismatch,
+        CredentialsError,
+        StreamProtocolError,
+        BatchTooLarge,
+        BatchExceedsWindow,
         Unauthenticated,
         PermissionDenied,
         TransformNotAllowed,
@@ -147,6 +187,7 @@ ERRORS: dict[str, type[ShardstreamError]] = {
         DatasetNotFound,
         UnreadableShard,
         DatasetChanged,
+        StorageAccessDenied,
         SchemaMismatch,
         CorruptSample,
         JobNotFound,

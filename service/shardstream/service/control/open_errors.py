@@ -10,7 +10,12 @@ from __future__ import annotations
 
 import logging
 
-from shardstream.proto.errors import DatasetNotFound, ShardstreamError, UnreadableShard
+from shardstream.proto.errors import (
+    DatasetNotFound,
+    ShardstreamError,
+    StorageAccessDenied,
+    UnreadableShard,
+)
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +28,7 @@ def opening_error(dataset: tuple[str, ...], exc: Exception) -> ShardstreamError:
         return DatasetNotFound(f"dataset {shown} does not exist: {cause}")
     log.warning("opening dataset %s failed", shown, exc_info=exc)
     if isinstance(exc, PermissionError):
-        return UnreadableShard(f"the service may not read dataset {shown} with its own credentials: {cause}")
+        return StorageAccessDenied(f"the service may not read dataset {shown} with its own credentials: {cause}")
     return UnreadableShard(f"the service could not open dataset {shown}: {cause}")
 
 

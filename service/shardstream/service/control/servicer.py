@@ -22,9 +22,9 @@ from google.protobuf.message import DecodeError, Message
 from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.errors import (
     ERROR_METADATA_KEY,
-    InvalidJobSpec,
     ProtocolMismatch,
     ShardstreamError,
+    StreamProtocolError,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
@@ -69,13 +69,13 @@ def unary_boundary(method: F) -> F:
 
 @dataclass(frozen=True)
 class MalformedRequest:
-    """A request whose bytes did not parse; the servicer refuses it with INVALID_ARGUMENT."""
+    """A request whose bytes did not parse; the servicer refuses it (StreamProtocolError, INVALID_ARGUMENT)."""
 
     message_type: str
     error: str
 
     def refuse(self) -> NoReturn:
-        raise InvalidJobSpec(f"malformed {self.message_type}: {self.error}")
+        raise StreamProtocolError(f"malformed {self.message_type}: {self.error}")
 
 
 def lenient_parser(message_cls: type[Message]) -> Callable[[bytes], Message | MalformedRequest]:

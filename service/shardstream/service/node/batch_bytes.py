@@ -4,7 +4,7 @@ A job's `batch_size` is bounded (max_batch_size) and so is a sample's size, but 
 product: a million large samples would be decoded into one batch before anything noticed. No
 batch larger than `max_message_bytes` can be sent, so a decoder stops building one as soon as
 it passes that: before gathering plain columns (their size is known from the row groups read),
-and sample by sample through a transform. The rank gets InvalidJobSpec naming the bound.
+and sample by sample through a transform. The rank gets BatchTooLarge naming the bound.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import BatchTooLarge
 
 DEFAULT_MAX_BATCH_BYTES = 1 << 30  # ServiceConfig.max_message_bytes's default
 
@@ -39,13 +39,13 @@ def gathered_nbytes(pieces: Sequence[Any]) -> int:
 
 
 def check_batch_bytes(nbytes: int, limit: int, count: int, of: int, where: Callable[[], str]) -> None:
-    """InvalidJobSpec once a batch built so far (`count` of its `of` samples) passes `limit`;
+    """BatchTooLarge once a batch built so far (`count` of its `of` samples) passes `limit`;
     `where` names the batch, asked only then (it runs for every sample)."""
     if nbytes > limit:
         done = "its samples" if count >= of else f"its first {count} of {of} samples"
-        raise InvalidJobSpec(f"the batch of {where()} passes {limit:,} bytes with {done} ({nbytes:,} bytes): no "
-                             "batch may be larger than the service's max_message_bytes; lower batch_size "
-                             "(or the transform's output size)")
+        raise BatchTooLarge(f"the batch of {where()} passes {limit:,} bytes with {done} ({nbytes:,} bytes): no "
+                            "batch may be larger than the service's max_message_bytes; lower batch_size "
+                            "(or the transform's output size)")
 
 
 __all__ = ["DEFAULT_MAX_BATCH_BYTES", "check_batch_bytes", "gathered_nbytes", "sample_nbytes"]

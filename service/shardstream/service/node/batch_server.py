@@ -33,11 +33,11 @@ from shardstream.proto.errors import (
     ERROR_METADATA_KEY,
     DeadlineExceeded,
     DecoderDraining,
-    InvalidJobSpec,
     PermissionDenied,
     ProtocolMismatch,
     ServiceUnavailable,
     ShardstreamError,
+    StreamProtocolError,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import (
@@ -209,7 +209,7 @@ class BatchServer:
             identity = self._admit(context)  # before reading anything
             first = await anext(requests, None)
             if not isinstance(first, pb.FetchControl) or first.WhichOneof("kind") != "open":
-                raise InvalidJobSpec("a FetchBatches stream must start with an 'open' message")
+                raise StreamProtocolError("a FetchBatches stream must start with an 'open' message")
             opened = first.open
             if opened.protocol_version != PROTOCOL_VERSION:
                 raise ProtocolMismatch(f"client speaks protocol version {opened.protocol_version}, this "
@@ -300,8 +300,8 @@ class BatchServer:
                     message = encode_shared(opened.epoch, opened.rank, want.step, message)
                 elif want.bulk:
                     if not token or self._bulk is None:
-                        raise InvalidJobSpec("a want asked for its batch on a bulk socket this stream did "
-                                             "not offer (open the stream with bulk first)")
+                        raise StreamProtocolError("a want asked for its batch on a bulk socket this stream did "
+                                                  "not offer (open the stream with bulk first)")
                     connection = connection or await self._bulk.attached(token)
                     await _sent(sending)  # frames go out whole, one after another, in the order wanted
                     sending = loop.create_task(_send(connection, message))
@@ -337,14 +337,14 @@ class BatchServer:
         try:
             async for control in requests:
                 if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
-                    raise InvalidJobSpec("a FetchBatches stream takes one 'open' message, then wants")
+                    raise StreamProtocolError("a FetchBatches stream takes one 'open' message, then wants")
                 want = control.want
                 if self._draining:  # not accepted: the rank asks another decoder for it
                     await wants.put(_WAKE)
                     continue
                 self._check_owner(identity, opened.job_id, peer)
                 if want.max_bytes < 0:
-                    raise InvalidJobSpec(f"a want's max_bytes must be >= 0 (0: no limit), got {want.max_bytes}")
+                    raise StreamProtocolError(f"a want's max_bytes must be >= 0 (0: no limit), got {want.max_bytes}")
                 if want.HasField("data_stall"):  # the rank's, for the service's status and metrics
                     with self._stalls_lock:
                         self._stalls[(opened.job_id, opened.rank)] = (want.data_stall, time.time())

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.errors import StreamProtocolError
 from shardstream.proto.slots import SHARED_MEMORY_DIR, SLOT_NAME
 from shardstream.proto.wire import SharedRef
 from shardstream.proto.writable_bytes import writable_bytes
@@ -60,8 +60,8 @@ class StreamSlots:
     def allocator(self, name: str) -> Any:
         """The ``wire.Allocate`` for a want naming slot `name`: the slot, else a new ``bytes``."""
         if not SLOT_NAME.fullmatch(name):
-            raise InvalidJobSpec(f"want names shared-memory slot {name!r}, which is not a slot name "
-                                 f"(expected {SLOT_NAME.pattern})")
+            raise StreamProtocolError(f"want names shared-memory slot {name!r}, which is not a slot name "
+                                      f"(expected {SLOT_NAME.pattern})")
 
         def allocate(size: int) -> tuple[Any, np.ndarray]:
             slot = self._open(name) if self.usable else None
