@@ -180,8 +180,11 @@ class ImageTransform:
         damaged) are left for the usual path, nothing drawn: `batch_shape` says when to call this."""
         found = jpeg_crop.headers(pointers, sizes)
         take = np.asarray(take, dtype=bool) & (found[:, 2] > 0)
-        if take.any():
-            kinds, which = np.unique(found[take], axis=0, return_inverse=True)
+        headers = found[take]
+        if len(headers) and (headers == headers[0]).all():  # a batch of one size and kind: no sort
+            take[take] = self._crops_natively((int(headers[0, 0]), int(headers[0, 1]), *jpeg_crop.KINDS[int(headers[0, 2])]))
+        elif len(headers):
+            kinds, which = np.unique(headers, axis=0, return_inverse=True)
             natively = np.array([self._crops_natively((int(w), int(h), *jpeg_crop.KINDS[int(kind)]))
                                  for w, h, kind in kinds.tolist()])
             take[take] = natively[np.ravel(which)]
