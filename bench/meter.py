@@ -84,14 +84,16 @@ def batch_shape(batch: Batch) -> tuple[int, int]:
 
 
 def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_batches: int = 1,
-            step_s: float = 0.0, server_pid: int = 0) -> RunMetrics:
+            step_s: float = 0.0, server_pid: int = 0, clock: Callable[[], float] = time.perf_counter,
+            sleep: Callable[[float], None] = time.sleep) -> RunMetrics:
+    """`clock` times the loader (ttfb, waits, the window) and `sleep` is the consumer's step."""
     if warmup_batches < 1:
         raise ValueError("warmup_batches must be >= 1: the first batch is never a steady-state one")
     m = RunMetrics()
     server0 = process_tree_cpu(server_pid) if server_pid else {}
-    start = time.perf_counter()
+    start = clock()
     with open_loader() as loader:
-        m.construct_s = time.perf_counter() - start
+        m.construct_s = clock() - start
         baseline = rss_bytes()
         peak = PeakRss()
         peak.start()
@@ -101,12 +103,12 @@ def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_b
         iterator = iter(loader)
         try:
             while max_batches is None or m.batches < max_batches:
-                asked = time.perf_counter()
+                asked = clock()
                 try:
                     batch = next(iterator)
                 except StopIteration:
                     break
-                got = last = time.perf_counter()
+                got = last = clock()
                 samples, nbytes = batch_shape(batch)
                 m.batches += 1
                 m.samples += samples
@@ -124,7 +126,7 @@ def measure(open_loader: LoaderFactory, max_batches: int | None = None, warmup_b
                     m.measured_bytes += nbytes
                 del batch
                 if step_s > 0:
-                    time.sleep(step_s)
+                    sleep(step_s)
             if server_pid:
                 m.server_cpu_s = tree_cpu_delta(server0, process_tree_cpu(server_pid))
             m.machine_busy_s = machine_busy_s() - busy0

@@ -6,7 +6,7 @@ sample's draws come from numpy's PCG64 seeded with the four words its SeedSequen
 (sample_seeds.py computes them for a batch at once) and are drawn as numpy's Generator draws them
 (numpy/random/src/pcg64 and distributions.c): `integers(0, n)` by Lemire's method on 32-bit halves
 of the 64-bit outputs, `random()` from a whole 64-bit one. transforms/jpeg_crop.py binds it;
-tests/unit/test_native_batch.py compares its draws with numpy's own. */
+tests/unit/service/node/test_native_batch.py compares its draws with numpy's own. */
 #include <stddef.h>
 #include <stdint.h>
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -14,13 +14,27 @@ from bench.meter import batch_shape, measure
 from bench.spec import ConsumerSpec
 
 
-def _loader(batches: int, rows: int = 4, delay_s: float = 0.0) -> Any:
+class StepClock:
+    """A clock that moves only when the loader or the consumer sleeps on it."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def _loader(batches: int, rows: int = 4, delay_s: float = 0.0,
+            sleep: Callable[[float], None] = time.sleep) -> Any:
     @contextlib.contextmanager
     def open_loader() -> Iterator[Iterator[dict[str, np.ndarray]]]:
         def generate() -> Iterator[dict[str, np.ndarray]]:
             for i in range(batches):
                 if delay_s:
-                    time.sleep(delay_s)
+                    sleep(delay_s)
                 yield {"image": np.full((rows, 3, 2, 2), i, np.uint8), "label": np.arange(rows)}
 
         yield generate()
@@ -54,9 +68,13 @@ def test_measure_stops_at_max_batches() -> None:
 
 
 def test_a_consumer_that_works_between_batches_stalls_less() -> None:
-    busy = measure(_loader(8, delay_s=0.005), step_s=0.02)
-    idle = measure(_loader(8, delay_s=0.005))
-    assert busy.stall_fraction < idle.stall_fraction
+    """Each batch takes 5 ms to come; a consumer that works 20 ms between batches waits a fifth
+    of its time, one that only takes batches waits all of it (on a clock the sleeps move)."""
+    clock = StepClock()
+    busy = measure(_loader(8, delay_s=0.005, sleep=clock.sleep), step_s=0.02, clock=clock, sleep=clock.sleep)
+    idle = measure(_loader(8, delay_s=0.005, sleep=clock.sleep), clock=clock, sleep=clock.sleep)
+    assert busy.stall_fraction == pytest.approx(0.2)
+    assert idle.stall_fraction == pytest.approx(1.0)
 
 
 def test_no_window_when_everything_is_warmup() -> None:

@@ -2,7 +2,7 @@
 
 A decoder sends one batch per step the rank wants, and the rank wants a step
 only while its window has room (client/scheduler.py; the property test in
-tests/unit/test_scheduler.py covers the window's arithmetic). Here, against
+tests/unit/client/test_scheduler.py covers the window's arithmetic). Here, against
 real decoders: a decoder sends exactly what was wanted, up to the stream's
 end; the bytes a rank holds undelivered for a stalled loop stay within
 `prefetch_bytes`, measured on the batches themselves; a batch bigger than the

@@ -33,7 +33,10 @@ class _JobQueue:
 
 
 class FairQueue:
-    def __init__(self, name: str = "shardstream-batch-decode") -> None:
+    def __init__(self, name: str = "shardstream-batch-decode",
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        """`clock` times each task on the decoding thread (its cost, in seconds)."""
+        self._clock = clock
         self._jobs: dict[str, _JobQueue] = {}
         self._virtual_now = 0.0  # the start tag of the task running or last run
         self._ready = threading.Condition()
@@ -96,14 +99,14 @@ class FairQueue:
             queue, future, fn = picked
             if not future.set_running_or_notify_cancel():
                 continue
-            started = time.perf_counter()
+            started = self._clock()
             try:
                 result = fn()
             except BaseException as exc:  # handed to the awaiting stream
                 future.set_exception(exc)
             else:
                 future.set_result(result)
-            cost = time.perf_counter() - started
+            cost = self._clock() - started
             with self._ready:
                 queue.seconds += cost
                 queue.virtual_start += cost / queue.weight

@@ -8,7 +8,7 @@ per image here, without Pillow's image object, its RGBX pixel layout and the
 ``tobytes`` copy out of it. The two must give the same bytes, since a
 batch's pixels must not depend on which node decoded it or on which
 libraries it had: ``decode`` takes the simplejpeg path only for what the
-tests in tests/unit/test_jpeg_decode.py prove identical (YCbCr and
+tests in tests/unit/service/transforms/test_jpeg_decode.py prove identical (YCbCr and
 grayscale baseline and progressive JPEGs, 4:4:4, 4:2:2, 4:2:0, 4:4:0 and
 4:1:1 subsampling, restart markers, odd sizes, EXIF and ICC segments;
 grayscale to 3 channels included), at full size. It returns None for

@@ -7,7 +7,7 @@ the same hash (numpy's ``SeedSequence.mix_entropy`` and ``generate_state``,
 word for word) over a whole batch's indices at once on uint32 arrays, whose
 multiplications wrap as the C code's do, and gives each sample its own
 PCG64 seeded with its words: the same stream of numbers for every draw, at
-about a tenth of the cost (tests/unit/test_sample_seeds.py compares them).
+about a tenth of the cost (tests/unit/service/transforms/test_sample_seeds.py compares them).
 A generator's ``bit_generator.seed_seq`` is a ``PrecomputedSeed``, which
 builds the real ``SeedSequence`` only when asked for anything else
 (``spawn``, other state sizes).

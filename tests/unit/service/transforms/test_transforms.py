@@ -11,7 +11,7 @@ from shardstream.proto.errors import InvalidJobSpec, TransformNotAllowed, Unknow
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.image import ImageTransform
 
-HERE = __name__  # "tests.unit.test_transforms": importable, so it serves as a user module
+HERE = __name__  # "tests.unit.service.transforms.test_transforms": importable, so it serves as a user module
 
 
 class Scale:
@@ -55,7 +55,8 @@ def test_user_transform_from_an_allowed_module() -> None:
     assert transform.factor == 3
 
 
-@pytest.mark.parametrize("allowed", [(), ("tests.other",), ("tests.uni",), ("tests.unit.test",)])
+@pytest.mark.parametrize("allowed", [(), ("tests.other",), ("tests.uni",),
+                                     ("tests.unit.service.transforms.test",)])
 def test_module_outside_the_allowlist_is_refused(allowed: tuple[str, ...]) -> None:
     with pytest.raises(TransformNotAllowed, match=HERE):
         build_transform(f"{HERE}:scale", {}, allowed)

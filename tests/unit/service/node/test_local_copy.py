@@ -130,9 +130,11 @@ def test_a_rewritten_shard_is_read_again_never_served_from_the_old_copy(tmp_path
     reader = _local_reader(old, tmp_path / "copy")
     assert reader.read(np.array([3])).column("y").to_pylist() == [3]
     table = pq.read_table(data / "part-00000.parquet")
-    time.sleep(0.01)  # a new mtime even on coarse clocks
+    before = (data / "part-00000.parquet").stat()
     pq.write_table(table.set_column(2, "y", pa.array(np.full(16, 7, dtype=np.int32))),
                    data / "part-00000.parquet", row_group_size=ROW_GROUP)
+    # A later mtime whatever the clock's grain (the file's size is the same).
+    os.utime(data / "part-00000.parquet", ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))
     new = index_dataset((str(data),))
     assert new.shards[0].version != old.shards[0].version
     counters = SharedReadCounters()
