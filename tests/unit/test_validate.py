@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from shardstream.service.formats import index_dataset
-from shardstream.service.validate import (
+from shardstream.service.cli.validate import (
     ValidationReport,
     parse_option,
     report_json,

@@ -43,7 +43,7 @@ from shardstream.service.node.sample_steps import UnreadableSample, transform_sa
 from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.collate import Collation, build_collation
-from shardstream.service.validate_report import (
+from shardstream.service.cli.validate_report import (
     BadSample,
     BadUnit,
     ValidationReport,
