@@ -71,11 +71,11 @@ proto-check: setup
 
 # Rewrite the chart's `config` values, schema and ConfigMap keys from ServiceConfig's settings.
 chart-config: setup
-	$(PY) -m shardstream.service.chart_config
+	$(PY) service/chart_config.py
 
 # Fails when they are stale.
 chart-config-check: setup
-	$(PY) -m shardstream.service.chart_config --check
+	$(PY) service/chart_config.py --check
 
 clean:
 	rm -rf $(VENV) .demo build dist

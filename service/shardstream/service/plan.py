@@ -45,7 +45,7 @@ class SamplingSpec:
     # Weighted sampling: each sample's weight as little-endian float64 (weights.py); b"": none. Each
     # epoch's sequence is then N draws with replacement, as WeightedRandomSampler makes it.
     weights: bytes = b""
-    # Length bucketing: each sample's length as little-endian int64 (per_sample.py); b"": none. A
+    # Length bucketing: each sample's length as little-endian int64 (control/per_sample.py); b"": none. A
     # rank's samples are grouped into batches of similar length, bucket_window batches at a time.
     lengths: bytes = b""
     bucket_window: int = 0

@@ -4,7 +4,7 @@
 SHARDSTREAM_<NAME> environment variable, the `shardstream serve --<name>` flag
 (parsed by the field's declared type), the bounds `__post_init__` checks, and
 the Helm chart's `config:` value, schema entry and ConfigMap key
-(chart_config.py writes them; `make chart-config-check` fails when they are
+(service/chart_config.py writes them; `make chart-config-check` fails when they are
 stale). A new setting is one field. Pure standard library: the CLI of a
 training-side install builds its parser from it.
 """

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from shardstream.service import chart_config
 from shardstream.service.cli import main
 from shardstream.service.config import ServiceConfig
 from shardstream.service.settings import (
@@ -22,6 +23,13 @@ from shardstream.service.settings import (
     from_flags,
     setting,
 )
+
+# The chart's config writer is a build tool beside the package (service/chart_config.py, `make chart-config`).
+_CHART_CONFIG = importlib.util.spec_from_file_location(
+    "chart_config", Path(__file__).resolve().parents[2] / "service" / "chart_config.py")
+assert _CHART_CONFIG is not None and _CHART_CONFIG.loader is not None
+chart_config = importlib.util.module_from_spec(_CHART_CONFIG)
+_CHART_CONFIG.loader.exec_module(chart_config)
 
 # A value of each setting unlike its default, as the command line and the environment spell it.
 SPELLED = {int: ("7", 7), float: ("2.5", 2.5), str: ("x.y", "x.y"), tuple: ("a.b", ("a.b",)), bool: ("false", False)}

@@ -4,7 +4,7 @@ and a watched screen redrawn in place."""
 from __future__ import annotations
 
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.service.cli import _repainted, _status_text
+from shardstream.service.cli.commands import _repainted, _status_text
 
 
 def _status() -> pb.ServiceStatus:

@@ -12,8 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from shardstream.service.formats import index_dataset
-from shardstream.service.validate import (
+from shardstream.service.cli.validate import (
     ValidationReport,
     parse_option,
     report_json,
@@ -21,6 +20,7 @@ from shardstream.service.validate import (
     sample_indices,
     validate,
 )
+from shardstream.service.formats import index_dataset
 from tests.datasets import write_images, write_indexed
 from tests.formats import CASES, FormatCase, _write_manifest
 

@@ -33,7 +33,9 @@ from shardstream.proto.errors import (
 )
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.open_errors import opening_error
+from shardstream.service.control.per_sample import read_lengths, read_weights
 from shardstream.service.control.rate import RateMeter
+from shardstream.service.control.reproducibility import job_manifest
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
@@ -41,9 +43,7 @@ from shardstream.service.limits import DEFAULT_MAX_JOBS
 from shardstream.service.node.actor_report import JobServed
 from shardstream.service.node.batch_bytes import DEFAULT_MAX_BATCH_BYTES
 from shardstream.service.node.batching import DecodeJob, check_job_schema
-from shardstream.service.per_sample import read_lengths, read_weights
 from shardstream.service.plan import SamplingSpec
-from shardstream.service.reproducibility import job_manifest
 from shardstream.service.shares import DEFAULT_CLASS
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.collate import build_collation

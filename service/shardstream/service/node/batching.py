@@ -43,7 +43,7 @@ from shardstream.service.node.frame_filler import FrameFiller
 from shardstream.service.node.native_batch import native_batch
 from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.read_counters import ReadCounters
-from shardstream.service.node.reader import Piece, ShardReader
+from shardstream.service.node.reader import ShardReader
 from shardstream.service.node.sample_steps import (
     UnreadableSample,
     augment_sample,
@@ -67,6 +67,7 @@ from shardstream.service.transforms.columns import (
     variable_columns,
 )
 from shardstream.service.transforms.nulls import MASK, check_nulls
+from shardstream.service.transforms.pieces import Piece
 from shardstream.service.transforms.sample_seeds import sample_rngs
 from shardstream.service.transforms.values import mask_name
 

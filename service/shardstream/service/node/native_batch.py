@@ -30,8 +30,9 @@ import pyarrow as pa
 
 from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader, TensorSpec
 from shardstream.service.dataset import UNREADABLE_COLUMN
-from shardstream.service.node.reader import Piece, ShardReader
+from shardstream.service.node.reader import ShardReader
 from shardstream.service.node.row_group_views import VIEWS, NativeView, number_dtype, plain
+from shardstream.service.transforms.pieces import Piece
 from shardstream.service.transforms.sample_seeds import seed_words
 
 PYTHON_SCALAR_BYTES = 8  # what batch_bytes.sample_nbytes counts for a Python number

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable
 from concurrent.futures import Executor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -23,6 +22,7 @@ import pyarrow as pa
 from shardstream.service.dataset import DatasetIndex, Shard
 from shardstream.service.node.local_copy import LocalCopy, RowGroupKey
 from shardstream.service.node.storage_reader import StorageReader
+from shardstream.service.transforms.pieces import Piece, rows_in_batch_order
 
 
 class RowGroupCache:
@@ -89,26 +89,6 @@ class RowGroupSource:
         return table
 
 
-@dataclass(frozen=True)
-class Piece:
-    """Rows of one cached row group that a batch needs, and where they go in the batch."""
-
-    table: pa.Table  # the whole row group
-    rows: np.ndarray  # rows of `table`, in batch order
-    at: np.ndarray  # their positions in the batch, ascending
-
-
-def rows_in_batch_order(pieces: Sequence[Piece], columns: Sequence[str] | None = None) -> pa.Table:
-    """The pieces' rows (of `columns`, None: all) as one table, in batch order."""
-    taken = [(piece.table if columns is None else piece.table.select(list(columns))).take(pa.array(piece.rows))
-             for piece in pieces]
-    combined = pa.concat_tables(taken) if len(taken) > 1 else taken[0]
-    order = np.concatenate([piece.at for piece in pieces])
-    inverse = np.empty_like(order)
-    inverse[order] = np.arange(len(order))
-    return combined.take(pa.array(inverse))
-
-
 class ShardReader:
     """Rows of one dataset by global index, in the order asked for."""
 
@@ -169,4 +149,4 @@ class ShardReader:
         return tables  # type: ignore[return-value]
 
 
-__all__ = ["Piece", "RowGroupCache", "RowGroupSource", "ShardReader", "rows_in_batch_order"]
+__all__ = ["RowGroupCache", "RowGroupSource", "ShardReader"]

@@ -34,7 +34,7 @@ import pyarrow as pa
 
 from shardstream.proto.wire import TensorSpec
 from shardstream.proto.wire_values import WireTensor, pack_strings
-from shardstream.service.node.reader import Piece, rows_in_batch_order
+from shardstream.service.transforms.pieces import Piece, rows_in_batch_order
 from shardstream.service.transforms.values import (
     FIXED,
     SCALAR,

@@ -154,8 +154,8 @@ def test_nulls_travel_from_the_client_and_are_checked() -> None:
 def test_the_manifest_lists_nulls_only_when_set() -> None:
     import pyarrow as pa
 
+    from shardstream.service.control.reproducibility import job_manifest
     from shardstream.service.dataset import DatasetIndex
-    from shardstream.service.reproducibility import job_manifest
 
     index = DatasetIndex(shards=(), schema=pa.schema([]))
     plain, masked = job_manifest(make(), index)["pipeline"], job_manifest(make(nulls="mask"), index)["pipeline"]

@@ -11,7 +11,6 @@ from shardstream.client.tensors import batch_to_tensors
 from shardstream.proto.errors import InvalidJobSpec, TransformNotAllowed
 from shardstream.proto.wire import WireError, encode_batch, parse_batch
 from shardstream.proto.wire_values import STRINGS, bfloat16_bits, pack_strings
-from shardstream.service.node.reader import Piece
 from shardstream.service.transforms.collate import (
     Collation,
     build_collation,
@@ -19,6 +18,7 @@ from shardstream.service.transforms.collate import (
     to_wire,
 )
 from shardstream.service.transforms.columns import BadValue, gather_variable
+from shardstream.service.transforms.pieces import Piece
 
 
 def through_the_wire(arrays: dict[str, object], pin: bool = False) -> dict[str, object]:

@@ -7,13 +7,13 @@ import pyarrow as pa
 import pytest
 
 from shardstream.proto.errors import InvalidJobSpec
-from shardstream.service.node.reader import Piece
 from shardstream.service.transforms.columns import (
     BadValue,
     check_schema,
     column_specs,
     gather_arrays,
 )
+from shardstream.service.transforms.pieces import Piece
 
 
 def column_to_array(name: str, column: pa.ChunkedArray) -> np.ndarray:

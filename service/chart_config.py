@@ -1,7 +1,7 @@
 """The Helm chart's `config:` values and their schema, written from ServiceConfig's settings.
 
-    python -m shardstream.service.chart_config          # rewrite them (make chart-config)
-    python -m shardstream.service.chart_config --check  # exit 1 when they are stale (make test)
+    python service/chart_config.py          # rewrite them (make chart-config)
+    python service/chart_config.py --check  # exit 1 when they are stale (make test)
 
 values.yaml's `config:` block and the ConfigMap's keys for it (each between two
 marker lines) and values.schema.json's `config` entry are generated; the
@@ -21,7 +21,7 @@ from typing import Any
 from shardstream.service.config import ServiceConfig
 from shardstream.service.settings import Kind, Setting, declared, env_name
 
-CHART_DIR = Path(__file__).resolve().parents[3] / "helm" / "shardstream"
+CHART_DIR = Path(__file__).resolve().parents[1] / "helm" / "shardstream"
 BEGIN = "# ---- config: written by `make chart-config` from ServiceConfig (service/shardstream/service/config.py) ----"
 END = "# ---- end of config ----"
 TEMPLATE_BEGIN = "  {{- /* ---- config: written by `make chart-config` from ServiceConfig ---- */}}"

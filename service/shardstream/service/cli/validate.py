@@ -34,6 +34,14 @@ import numpy as np
 import pyarrow as pa
 from tqdm import tqdm
 
+from shardstream.service.cli.validate_report import (
+    BadSample,
+    BadUnit,
+    ValidationReport,
+    parse_option,
+    report_json,
+    report_text,
+)
 from shardstream.service.dataset import DatasetIndex, Shard
 from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.node.batching import DecodeJob, check_job_schema, decode_batch
@@ -43,14 +51,6 @@ from shardstream.service.node.sample_steps import UnreadableSample, transform_sa
 from shardstream.service.node.storage_reader import StorageReader
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.collate import Collation, build_collation
-from shardstream.service.validate_report import (
-    BadSample,
-    BadUnit,
-    ValidationReport,
-    parse_option,
-    report_json,
-    report_text,
-)
 
 log = logging.getLogger(__name__)
 

@@ -131,7 +131,7 @@ def _validate(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     import os
 
     try:
-        from shardstream.service import validate
+        from shardstream.service.cli import validate
     except ModuleNotFoundError as exc:  # a training-side install: the client only
         log.error("`shardstream validate` needs the service's packages (%s is missing): "
                   "pip install 'shardstream[service]'", exc.name)
@@ -304,6 +304,3 @@ def _prepared_text(r: Any) -> str:
             f"{r.prepared_memory_bytes / 1e6:,.1f} MB in memory, "
             f"{r.prepared_disk_bytes / 1e6:,.1f} MB on disk")
 
-
-if __name__ == "__main__":
-    sys.exit(main())
