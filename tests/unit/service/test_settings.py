@@ -26,7 +26,7 @@ from shardstream.service.settings import (
 
 # The chart's config writer is a build tool beside the package (service/chart_config.py, `make chart-config`).
 _CHART_CONFIG = importlib.util.spec_from_file_location(
-    "chart_config", Path(__file__).resolve().parents[2] / "service" / "chart_config.py")
+    "chart_config", Path(__file__).resolve().parents[3] / "service" / "chart_config.py")
 assert _CHART_CONFIG is not None and _CHART_CONFIG.loader is not None
 chart_config = importlib.util.module_from_spec(_CHART_CONFIG)
 _CHART_CONFIG.loader.exec_module(chart_config)
