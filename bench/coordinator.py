@@ -43,7 +43,7 @@ from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.spec import JobSpec
-from shardstream.service.node.actor_report import JobServed
+from shardstream.service.node_messages import JobServed
 
 log = logging.getLogger(__name__)
 

@@ -36,7 +36,8 @@ from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.batch_server import BatchServer
-from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
+from shardstream.service.node.batching import DecodedBatch, decode_batch
+from shardstream.service.node_messages import DecodeJob
 from tests.datasets import memory_reader, write_indexed
 
 

@@ -3,7 +3,7 @@
 A job that dies hours in on one corrupt JPEG, or that is refused at open
 because a token file is truncated, costs a cluster's time. This opens the
 dataset exactly as the service would (``index_dataset``, ``build_transform``,
-``check_job_schema``), reads units through the decoders' ``StorageReader``,
+``transforms/job_schema.check_job_schema``), reads units through the decoders' ``StorageReader``,
 and runs samples through the decoders' per-sample path (``transform_sample``
 of node/batching.py; with no transform, ``decode_batch`` itself
 gathers the columns into batch arrays), so what passes here passes there.
@@ -44,13 +44,15 @@ from shardstream.service.cli.validate_report import (
 )
 from shardstream.service.dataset import DatasetIndex, Shard
 from shardstream.service.formats import index_dataset, job_format_args
-from shardstream.service.node.batching import DecodeJob, check_job_schema, decode_batch
+from shardstream.service.node.batching import decode_batch
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupSource, ShardReader
 from shardstream.service.node.sample_steps import UnreadableSample, transform_sample
 from shardstream.service.node.storage_reader import StorageReader
+from shardstream.service.node_messages import DecodeJob
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.collate import Collation, build_collation
+from shardstream.service.transforms.job_schema import check_job_schema
 
 log = logging.getLogger(__name__)
 

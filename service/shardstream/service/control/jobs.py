@@ -40,13 +40,12 @@ from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.limits import DEFAULT_MAX_JOBS
-from shardstream.service.node.actor_report import JobServed
-from shardstream.service.node.batch_bytes import DEFAULT_MAX_BATCH_BYTES
-from shardstream.service.node.batching import DecodeJob, check_job_schema
+from shardstream.service.node_messages import DEFAULT_MAX_BATCH_BYTES, DecodeJob, JobServed
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.shares import DEFAULT_CLASS
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.collate import build_collation
+from shardstream.service.transforms.job_schema import check_job_schema
 
 log = logging.getLogger(__name__)
 

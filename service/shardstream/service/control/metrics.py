@@ -23,8 +23,7 @@ from shardstream.service.control.decode_scaling import DecodeScaling
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.identities import Refusals
-from shardstream.service.node.cache_fault import CAUSES
-from shardstream.service.node.read_counters import FAULT_CACHES, TIERS
+from shardstream.service.node_messages import CAUSES, FAULT_CACHES, TIERS
 
 log = logging.getLogger(__name__)
 

@@ -7,8 +7,7 @@ import dataclasses
 import logging
 import threading
 
-from shardstream.service.node.prepared_cache import CacheSizing
-from shardstream.service.node.read_counters import ReadCounters
+from shardstream.service.node_messages import CacheSizing, ReadCounters
 
 log = logging.getLogger(__name__)
 

@@ -35,9 +35,8 @@ from shardstream.proto.errors import ServiceUnavailable
 from shardstream.service.config import ServeSettings
 from shardstream.service.control.node_ledger import NodeLedger
 from shardstream.service.identities import IdentityTable
-from shardstream.service.node.actor_report import DirectReport, JobServed
-from shardstream.service.node.batching import DecodeJob
-from shardstream.service.node.decoder import DecodeWorker, ReadSettings
+from shardstream.service.node.decoder import DecodeWorker
+from shardstream.service.node_messages import DecodeJob, DirectReport, JobServed, ReadSettings
 from shardstream.service.tls import TlsFiles
 
 log = logging.getLogger(__name__)

@@ -30,7 +30,7 @@ from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.scaling_policy import PolicySettings, ScalingPolicy
 from shardstream.service.control.servicer import LoaderServicer, lenient_parser
 from shardstream.service.identities import IdentityFile, Refusals
-from shardstream.service.node.decoder import ReadSettings
+from shardstream.service.node_messages import ReadSettings
 from shardstream.service.server_options import SERVER_OPTIONS
 from shardstream.service.shares import priority_weights
 from shardstream.service.tls import TlsFiles, server_credentials

@@ -37,8 +37,7 @@ from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.spec import JobSpec
 from shardstream.service.control.spec_limits import check_open_request
-from shardstream.service.node.prepared_cache import CacheSizing
-from shardstream.service.node.read_counters import ReadCounters
+from shardstream.service.node_messages import CacheSizing, ReadCounters
 from shardstream.service.shares import job_decoders, rank_window
 
 log = logging.getLogger(__name__)

@@ -14,8 +14,6 @@ from typing import Any
 
 from shardstream.proto.errors import BatchTooLarge
 
-DEFAULT_MAX_BATCH_BYTES = 1 << 30  # ServiceConfig.max_message_bytes's default
-
 
 def sample_nbytes(sample: Mapping[str, Any]) -> int:
     """What one transformed sample adds to its batch (arrays, tensors, bytes and strings)."""
@@ -48,4 +46,4 @@ def check_batch_bytes(nbytes: int, limit: int, count: int, of: int, where: Calla
                             "(or the transform's output size)")
 
 
-__all__ = ["DEFAULT_MAX_BATCH_BYTES", "check_batch_bytes", "gathered_nbytes", "sample_nbytes"]
+__all__ = ["check_batch_bytes", "gathered_nbytes", "sample_nbytes"]

@@ -28,21 +28,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from shardstream.proto.errors import CorruptSample, InvalidJobSpec, ShardstreamError
+from shardstream.proto.errors import CorruptSample, ShardstreamError
 from shardstream.proto.wire import WIRE_DTYPES, Allocate, BatchFrame, FrameHeader
 from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
-from shardstream.service.dataset import DatasetIndex
-from shardstream.service.node.batch_bytes import (
-    DEFAULT_MAX_BATCH_BYTES,
-    check_batch_bytes,
-    gathered_nbytes,
-    sample_nbytes,
-)
+from shardstream.service.node.batch_bytes import check_batch_bytes, gathered_nbytes, sample_nbytes
 from shardstream.service.node.frame_filler import FrameFiller
 from shardstream.service.node.native_batch import native_batch
 from shardstream.service.node.prepared_cache import JobSamples
-from shardstream.service.node.read_counters import ReadCounters
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.node.sample_steps import (
     UnreadableSample,
@@ -52,49 +45,26 @@ from shardstream.service.node.sample_steps import (
     readable,
     transform_sample,
 )
-from shardstream.service.plan import SamplingSpec
+from shardstream.service.node_messages import DecodeJob, ReadCounters
 from shardstream.service.transforms import (
     SampleTransform,  # not `collate`: that name is a module too
 )
 from shardstream.service.transforms.base import collate, collated_specs
-from shardstream.service.transforms.collate import PAD, Collation, collate_samples, to_wire
+from shardstream.service.transforms.collate import Collation, collate_samples, to_wire
 from shardstream.service.transforms.columns import (
     BadValue,
-    check_schema,
     column_specs,
     gather_arrays,
     gather_variable,
     variable_columns,
 )
-from shardstream.service.transforms.nulls import MASK, check_nulls
+from shardstream.service.transforms.nulls import MASK
 from shardstream.service.transforms.pieces import Piece
 from shardstream.service.transforms.sample_seeds import sample_rngs
 from shardstream.service.transforms.values import mask_name
 
 MAX_REPLACEMENT_TRIES = 64
 STACK = Collation()  # collate="" : stack each key's values
-
-
-@dataclass(frozen=True)
-class DecodeJob:
-    """What a decode actor needs to know about a job (shipped once per actor)."""
-
-    job_id: str
-    index: DatasetIndex
-    columns: tuple[str, ...]
-    transform: str
-    transform_args: dict[str, Any]
-    allowed_transform_modules: tuple[str, ...]
-    seed: int
-    on_corrupt: str  # "fail" | "skip"
-    sampling: SamplingSpec | None = None  # for decoders that plan steps themselves (batch_server.py)
-    collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
-    pad_value: float = 0.0
-    weight: float = 1.0  # its share of each decode actor's time (its priority class; fair_queue.py)
-    owner: str = ""  # the identity that opened it: only that identity's streams get its batches
-    max_cache_bytes: int | None = None  # prepared samples it may keep from each actor (prepared_cache.py)
-    nulls: str = ""  # "mask": plain columns deliver nulls with <column>_mask (transforms/columns.py)
-    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES  # one batch as it is built (batch_bytes.py)
 
 
 @dataclass
@@ -348,23 +318,4 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     )
 
 
-def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, collate: str = "",
-                     index: DatasetIndex | None = None, nulls: str = "") -> None:
-    """Refuse at open time what could never collate, instead of mid-epoch: a column no tensor
-    holds, and (given the `index`) nulls its tensor has no place for (transforms/nulls.py)."""
-    plain = transform is None and collate in ("", PAD)  # a user collate takes whatever the rows hold
-    if nulls == MASK and not plain:
-        raise InvalidJobSpec("nulls='mask' is for columns delivered without a transform or a user collate, "
-                             "which are given the rows' nulls (None) themselves")
-    if transform is None:
-        if plain:
-            check_schema(schema, pads=collate == PAD)
-            if index is not None:
-                check_nulls(index, schema, nulls)
-        return
-    check = getattr(transform, "check_schema", None)
-    if check is not None:
-        check(schema)
-
-
-__all__ = ["DecodeJob", "DecodedBatch", "check_job_schema", "decode_batch"]
+__all__ = ["DecodedBatch", "decode_batch"]

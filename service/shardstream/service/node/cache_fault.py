@@ -15,6 +15,7 @@ import os
 import shutil
 
 from shardstream.service.node.read_counters import SharedReadCounters
+from shardstream.service.node_messages import CAUSES
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +23,6 @@ log = logging.getLogger(__name__)
 # key: a sound entry of another sample or row group; short_read: shorter than it says;
 # format: not an entry of this format (no magic, a header that does not describe the bytes);
 # io_error: the path cannot be read (a directory, no permission, a failing disk).
-CAUSES = ("checksum", "key", "short_read", "format", "io_error")
 
 
 class CacheFault(Exception):
@@ -60,4 +60,4 @@ def drop_path(path: str, expected_inode: int | None = None) -> None:
             log.debug("cannot remove refused cache entry %s: %s", path, exc)
 
 
-__all__ = ["CAUSES", "CacheFault", "drop_path", "record_fault"]
+__all__ = ["CacheFault", "drop_path", "record_fault"]

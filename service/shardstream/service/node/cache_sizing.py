@@ -26,6 +26,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from shardstream.service.node_messages import TierSize
+
 log = logging.getLogger(__name__)
 
 GIB = 2**30
@@ -36,14 +38,6 @@ DISK_SHARE_OF_FREE = 0.25
 DISK_CAP = 64 * GIB
 SMALLEST_TIER = 256 * 2**20
 MEMORY_FILESYSTEMS = ("tmpfs", "ramfs")
-
-
-@dataclass(frozen=True)
-class TierSize:
-    """A tier's bound in bytes (0: off) and why."""
-
-    bytes: int
-    reason: str
 
 
 @dataclass(frozen=True)
@@ -152,5 +146,5 @@ def measure_node(memory_dir: str, memory_held: int, disk_dir: str, disk_held: in
                      disk_dir_free=free_bytes(disk_dir) + disk_held)
 
 
-__all__ = ["NodeFacts", "TierSize", "filesystem_type", "free_bytes", "given", "measure_node", "memory_limit",
+__all__ = ["NodeFacts", "filesystem_type", "free_bytes", "given", "measure_node", "memory_limit",
            "size_disk_tier", "size_memory_tier"]

@@ -16,7 +16,6 @@ import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -28,15 +27,22 @@ from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.allocator import keep_freed_memory
 from shardstream.service.config import ServeSettings
 from shardstream.service.identities import IdentityTable
-from shardstream.service.node.actor_report import DirectReport, JobServed
 from shardstream.service.node.batch_server import BatchServer
-from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
+from shardstream.service.node.batching import DecodedBatch, decode_batch
 from shardstream.service.node.local_copy import LocalCopy, default_directory
-from shardstream.service.node.prepared_cache import CacheSizing, JobSamples, open_prepared_cache
+from shardstream.service.node.prepared_cache import JobSamples, open_prepared_cache
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
-from shardstream.service.node.read_counters import ReadCounters, SharedReadCounters
+from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
+from shardstream.service.node_messages import (
+    CacheSizing,
+    DecodeJob,
+    DirectReport,
+    JobServed,
+    ReadCounters,
+    ReadSettings,
+)
 from shardstream.service.plan import PlanCache, check_step
 from shardstream.service.tls import TlsFiles
 from shardstream.service.transforms import SampleTransform, build_transform
@@ -46,25 +52,6 @@ log = logging.getLogger(__name__)
 
 ROW_GROUP_LOADERS = 8  # row groups of one batch loaded at once (storage latency, not CPU)
 PLANS_KEPT = 8  # epoch plans an actor keeps, over all jobs (one randperm(N) each)
-
-
-@dataclass(frozen=True)
-class ReadSettings:
-    """How a decode actor reads rows (the service's config, shipped to every actor)."""
-
-    memory_bytes: int  # the actor's in-memory LRU of row groups
-    local_copy_dir: str = ""  # "" : default_directory()
-    local_copy_bytes: int = 0  # the node's local copy; 0: off, every miss reads storage
-    # The node's prepared-sample cache (prepared_cache.py): a memory and a disk tier; 0: off,
-    # None: sized from the node when the actor starts (cache_sizing.py).
-    prepared_memory_dir: str = ""  # "": /dev/shm/shardstream-prepared
-    prepared_memory_bytes: int | None = None
-    prepared_disk_dir: str = ""  # "": <the local copy's directory>/prepared-samples
-    prepared_disk_bytes: int | None = None
-
-    @property
-    def prepared_cache_on(self) -> bool:
-        return self.prepared_memory_bytes != 0 or self.prepared_disk_bytes != 0
 
 
 def _local_copy(settings: ReadSettings, counters: SharedReadCounters) -> LocalCopy | None:
@@ -228,4 +215,4 @@ class DecodeWorker:
         return os.getpid()
 
 
-__all__ = ["DecodeWorker", "ReadSettings"]
+__all__ = ["DecodeWorker"]

@@ -59,7 +59,6 @@ from shardstream.service.dataset import DatasetIndex
 from shardstream.service.node import local_copy
 from shardstream.service.node.cache_fault import CacheFault, record_fault
 from shardstream.service.node.cache_sizing import (
-    TierSize,
     given,
     measure_node,
     size_disk_tier,
@@ -75,6 +74,7 @@ from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.write_budget import WriteBudget
+from shardstream.service.node_messages import CacheSizing, TierSize
 
 log = logging.getLogger(__name__)
 
@@ -363,14 +363,6 @@ class JobSamples:
                 peers.give(home, files)
 
 
-@dataclass(frozen=True)
-class CacheSizing:
-    """The bounds a node's actor chose for the two tiers, and why (cache_sizing.py)."""
-
-    memory: TierSize
-    disk: TierSize
-
-
 def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str, disk_bytes: int | None,
                         counters: SharedReadCounters, peers: PreparedPeers | None = None,
                         node_id: str = "", local_copy_dir: str = "",
@@ -403,4 +395,4 @@ def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str
     return (PreparedCache(kept, counters, peers) if kept else None), CacheSizing(sizes["memory"], sizes["disk"])
 
 
-__all__ = ["CacheSizing", "JobSamples", "PreparedCache", "open_prepared_cache", "prepare_identity"]
+__all__ = ["JobSamples", "PreparedCache", "open_prepared_cache", "prepare_identity"]

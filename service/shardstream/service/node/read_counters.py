@@ -10,58 +10,9 @@ on reading (cache_fault.py) and the time spent verifying entries.
 
 from __future__ import annotations
 
-import dataclasses
 import threading
-from dataclasses import dataclass, field
 
-TIERS = ("memory", "disk")
-# Where a cache entry is read and verified: the prepared cache's tiers, a sample sent by its home
-# node, and the local copy of row groups.
-FAULT_CACHES = ("memory", "disk", "peer", "local_copy")
-LEVELS = ("disk_bytes", "prepared_memory_bytes", "prepared_disk_bytes")
-
-
-@dataclass
-class ReadCounters:
-    storage_bytes: int = 0  # bytes read from the dataset's store (footers included)
-    storage_reads: int = 0  # row groups read from the store
-    memory_hits: int = 0  # row groups found in the actor's in-memory LRU
-    memory_misses: int = 0
-    disk_hits: int = 0  # row groups found in the node's local copy
-    disk_misses: int = 0
-    disk_bytes: int = 0  # level: bytes the node's local copy holds (last known)
-    prepared_memory_hits: int = 0  # samples found prepared in the node's memory tier
-    prepared_disk_hits: int = 0  # ... in its disk tier
-    prepared_peer_hits: int = 0  # ... at their home node (another node: prepared_peers.py)
-    prepared_misses: int = 0  # samples found nowhere (read and prepared), with the cache on
-    prepared_deferred: int = 0  # ... of those, not kept: the write budget was spent (write_budget.py)
-    prepared_memory_bytes: int = 0  # levels: bytes each prepared-sample tier holds (last known)
-    prepared_disk_bytes: int = 0
-    verify_seconds: float = 0.0  # spent checking cache entries' keys and checksums (both caches)
-    verified_bytes: int = 0  # ... over this many bytes
-    keep_seconds: float = 0.0  # spent keeping prepared samples: encoding, checksums, writes (write_budget.py)
-    faults: dict[tuple[str, str], int] = field(default_factory=dict)  # (cache, cause) -> entries refused
-
-    def __post_init__(self) -> None:
-        self.faults = dict(self.faults)  # a copy (dataclasses.replace) never shares the counts
-
-    def add(self, other: ReadCounters) -> None:
-        """Sum `other` into these counters; levels are replaced where `other` knows them."""
-        for key, count in other.faults.items():
-            self.faults[key] = self.faults.get(key, 0) + count
-        for f in dataclasses.fields(self):
-            if f.name == "faults":
-                continue
-            if f.name not in LEVELS:
-                setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-            elif getattr(other, f.name):
-                setattr(self, f.name, getattr(other, f.name))
-
-    def hits(self, tier: str) -> int:
-        return int(getattr(self, f"{tier}_hits"))
-
-    def misses(self, tier: str) -> int:
-        return int(getattr(self, f"{tier}_misses"))
+from shardstream.service.node_messages import ReadCounters
 
 
 class SharedReadCounters:
@@ -107,4 +58,4 @@ class SharedReadCounters:
             return delta
 
 
-__all__ = ["FAULT_CACHES", "LEVELS", "TIERS", "ReadCounters", "SharedReadCounters"]
+__all__ = ["SharedReadCounters"]

@@ -13,7 +13,7 @@ from shardstream.proto.errors import InvalidJobSpec, TooManyJobs, UnreadableShar
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.jobs import JobRegistry
 from shardstream.service.control.spec import JobSpec
-from shardstream.service.node.actor_report import JobServed
+from shardstream.service.node_messages import JobServed
 from tests.datasets import write_indexed
 
 HERE = __name__

@@ -13,15 +13,12 @@ from shardstream.proto.errors import BatchTooLarge, CorruptSample, InvalidJobSpe
 from shardstream.proto.wire import BatchFrame, FrameHeader, encode_batch, parse_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
-from shardstream.service.node.batching import (
-    DecodedBatch,
-    DecodeJob,
-    check_job_schema,
-    decode_batch,
-)
+from shardstream.service.node.batching import DecodedBatch, decode_batch
 from shardstream.service.node.frame_filler import FrameFiller
+from shardstream.service.node_messages import DecodeJob
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.base import collate, collated_specs
+from shardstream.service.transforms.job_schema import check_job_schema
 from tests.datasets import memory_reader, write_images, write_indexed
 from tests.native_crops import native_crops, one_sample_at_a_time
 

@@ -17,7 +17,7 @@ import pytest
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node import sample_index
-from shardstream.service.node.batching import DecodeJob, decode_batch
+from shardstream.service.node.batching import decode_batch
 from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.local_copy import LocalCopy
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
@@ -30,9 +30,10 @@ from shardstream.service.node.prepared_entry import (
 )
 from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
-from shardstream.service.node.read_counters import ReadCounters, SharedReadCounters
+from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader
 from shardstream.service.node.storage_reader import StorageReader
+from shardstream.service.node_messages import DecodeJob, ReadCounters
 from shardstream.service.transforms import build_transform
 from tests.cache_tiers import chunked_tier, overwrite, stored_entry
 from tests.datasets import memory_reader, write_images, write_indexed

@@ -192,7 +192,8 @@ def test_actors_sharing_a_node_keep_the_copy_near_its_bound(index: DatasetIndex,
 
 
 def test_an_unusable_directory_leaves_the_actor_reading_storage(tmp_path: Path) -> None:
-    from shardstream.service.node.decoder import ReadSettings, _local_copy
+    from shardstream.service.node.decoder import _local_copy
+    from shardstream.service.node_messages import ReadSettings
 
     blocker = tmp_path / "file"
     blocker.write_bytes(b"")

@@ -18,12 +18,13 @@ from shardstream.proto.wire import FrameHeader
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
-from shardstream.service.node.batching import DecodedBatch, DecodeJob, decode_batch
+from shardstream.service.node.batching import DecodedBatch, decode_batch
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.node.row_group_views import NativeViews
 from shardstream.service.node.write_budget import WriteBudget
+from shardstream.service.node_messages import DecodeJob
 from shardstream.service.transforms import build_transform, jpeg_crop, sample_rng
 from shardstream.service.transforms.image import ImageTransform
 from shardstream.service.transforms.sample_seeds import seed_words

@@ -16,7 +16,7 @@ from shardstream.proto.wire import FrameHeader, encode_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node import sample_index
-from shardstream.service.node.batching import DecodeJob, decode_batch
+from shardstream.service.node.batching import decode_batch
 from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
 from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry
@@ -33,6 +33,7 @@ from shardstream.service.node.tier_chunks import (
     survey,
 )
 from shardstream.service.node.write_budget import MAX_SHARE, MIN_SHARE, WriteBudget, share_for
+from shardstream.service.node_messages import DecodeJob
 from shardstream.service.transforms import build_transform
 from tests.cache_tiers import CHUNK, chunked_tier
 from tests.datasets import memory_reader, write_images

@@ -27,8 +27,10 @@ from shardstream.client.tensors import batch_to_tensors
 from shardstream.proto.errors import CorruptSample, InvalidJobSpec
 from shardstream.proto.wire import encode_batch, parse_batch
 from shardstream.service.formats.parquet import index_files
-from shardstream.service.node.batching import DecodeJob, check_job_schema, decode_batch
+from shardstream.service.node.batching import decode_batch
+from shardstream.service.node_messages import DecodeJob
 from shardstream.service.transforms.collate import Collation
+from shardstream.service.transforms.job_schema import check_job_schema
 from tests.datasets import memory_reader
 
 # What each Arrow type arrives as (docs/formats.md, "Values and dtypes"). Lists and fixed-size
