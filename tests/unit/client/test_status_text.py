@@ -3,8 +3,8 @@ and a watched screen redrawn in place."""
 
 from __future__ import annotations
 
+from shardstream.client.status_text import repainted, status_text
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.service.cli.commands import _repainted, _status_text
 
 
 def _status() -> pb.ServiceStatus:
@@ -22,7 +22,7 @@ def _status() -> pb.ServiceStatus:
 
 
 def test_each_job_lists_its_ranks_under_its_worst_stall() -> None:
-    lines = _status_text("host:1", _status()).splitlines()
+    lines = status_text("host:1", _status()).splitlines()
     start = next(i for i, line in enumerate(lines) if "'train'" in line)
     assert lines[start + 1].split() == ["data", "stall:", "worst", "91.3%", "(rank", "1),", "mean", "48.5%",
                                         "over", "3", "rank(s)"]
@@ -41,22 +41,22 @@ def test_each_job_lists_its_ranks_under_its_worst_stall() -> None:
 
 def test_a_job_without_ranks_has_no_table() -> None:
     status = pb.ServiceStatus(jobs=[pb.JobStatus(job_id="a", job_name="new")])
-    assert _status_text("host:1", status).splitlines()[-1].startswith("  job a 'new'")
+    assert status_text("host:1", status).splitlines()[-1].startswith("  job a 'new'")
 
 
 def test_a_watched_screen_is_cleared_once_then_redrawn_in_place() -> None:
-    assert _repainted("a\nb\n", first=True) == "\x1b[H\x1b[2Ja\x1b[K\nb\x1b[K\n\x1b[J"
-    assert _repainted("a\nb\n", first=False) == "\x1b[Ha\x1b[K\nb\x1b[K\n\x1b[J"
+    assert repainted("a\nb\n", first=True) == "\x1b[H\x1b[2Ja\x1b[K\nb\x1b[K\n\x1b[J"
+    assert repainted("a\nb\n", first=False) == "\x1b[Ha\x1b[K\nb\x1b[K\n\x1b[J"
 
 
 def test_the_scaling_policy_says_what_it_decided_and_why() -> None:
     status = _status()
-    assert "decode scaling" not in _status_text("host:1", status)  # off: nothing to say
+    assert "decode scaling" not in status_text("host:1", status)  # off: nothing to say
     status.scaling.CopyFrom(pb.DecodeScalingStatus(
         enabled=True, min_decoders=1, max_decoders=8, wanted=5, ready=4, draining=1, busy_ratio=0.812,
         decision="hold", reason="waiting for the pool to settle", last_change="job train waits 74% of its time",
         last_change_seconds_ago=42.4, decisions_up=2, decisions_down=1))
-    lines = _status_text("host:1", status).splitlines()
+    lines = status_text("host:1", status).splitlines()
     at = next(i for i, line in enumerate(lines) if "decode scaling" in line)
     assert lines[at].strip() == ("decode scaling (1-8): wants 5, 4 ready, 1 draining; decoders busy 81%; "
                                  "2 up, 1 down so far")
@@ -69,7 +69,7 @@ def test_each_node_says_how_big_its_prepared_cache_tiers_are_and_why() -> None:
     status.node_reads.append(pb.NodeReads(
         node_id="abcdef0123456789", prepared_memory_bound=2_400_000_000, prepared_memory_sizing="auto: half the room",
         prepared_disk_bound=0, prepared_disk_sizing="off: set to 0"))
-    lines = _status_text("host:1", status).splitlines()
+    lines = status_text("host:1", status).splitlines()
     at = next(i for i, line in enumerate(lines) if "node abcdef012345" in line)
     assert lines[at + 2].strip() == "prepared-sample cache, memory tier: 2.40 GB (auto: half the room)"
     assert lines[at + 3].strip() == "prepared-sample cache, disk tier: off: set to 0"
