@@ -6,7 +6,7 @@ directory, the other has it off and reads every row group from storage as before
 
 from __future__ import annotations
 
-import time
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -131,9 +131,10 @@ def test_a_rewritten_shard_is_read_again_not_served_from_the_copy(with_copy: tup
     first = _epoch(address, str(data), "before-rewrite", 0, columns=["y"])
     assert {v for b in first for v in np.frombuffer(b["y"], dtype=np.int32)} != {7}
     table = pq.read_table(data / "part-00000.parquet")
-    time.sleep(0.01)
+    before = (data / "part-00000.parquet").stat()
     pq.write_table(table.set_column(2, "y", pa.array(np.full(12, 7, dtype=np.int32))),
                    data / "part-00000.parquet", row_group_size=4)
+    os.utime(data / "part-00000.parquet", ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # whatever the clock's grain
     again = _epoch(address, str(data), "after-rewrite", 0, columns=["y"])
     assert {v for b in again for v in np.frombuffer(b["y"], dtype=np.int32)} == {7}
 
@@ -164,9 +165,10 @@ def test_a_damaged_row_group_in_the_copy_is_fetched_again_never_served(with_copy
     node = ("node", _reads(address).node_id)
     key = ("shardstream_cache_faults_total", (("cache", "local_copy"), ("cause", "checksum"), node))
     faults = settled(lambda: scrape(running.metrics_port)).get(key, 0)
-    time.sleep(0.01)  # a new mtime even on coarse clocks
     for path in ours:
+        before = path.stat()
         _flip_a_value(path)
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns + 10**9))  # a later mtime whatever the clock's grain
     batches = _epoch(address, data, "damaged-copy", 1, world_size=1, reconnect_timeout=30)
     assert [np.frombuffer(b["idx"], dtype=np.int64).tolist() for b in batches] == oracle_batches(
         N, 1, 0, 5, True, 11, False, 1)
