@@ -105,11 +105,18 @@ def batch_server(data: str) -> Iterator[BatchServer]:
                     allowed_transform_modules=(), seed=0, on_corrupt="fail", max_batch_bytes=64)
     reader = memory_reader(job.index)
 
-    def decode_step(job_id: str, epoch: int, rank: int, step: int, allocate: Allocate) -> DecodedBatch:
-        return decode_batch(job, reader, None, epoch, np.arange(step * 5, step * 5 + 5, dtype=np.int64),
-                            FrameHeader(epoch, rank, step), allocate)
+    class Steps:
+        def decode_step(self, job_id: str, epoch: int, rank: int, step: int, allocate: Allocate) -> DecodedBatch:
+            return decode_batch(job, reader, None, epoch, np.arange(step * 5, step * 5 + 5, dtype=np.int64),
+                                FrameHeader(epoch, rank, step), allocate)
 
-    server = BatchServer(decode_step, "127.0.0.1")
+        def job_weight(self, job_id: str) -> float:
+            return 1.0
+
+        def job_owner(self, job_id: str) -> str | None:
+            return None
+
+    server = BatchServer(Steps(), "127.0.0.1")
     yield server
     server.stop()
 

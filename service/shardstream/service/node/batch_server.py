@@ -23,7 +23,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import grpc
@@ -58,16 +58,13 @@ from shardstream.service.node.batching import DecodedBatch
 from shardstream.service.node.bulk_listener import BulkConnection, BulkListener
 from shardstream.service.node.fair_queue import FairQueue
 from shardstream.service.node.shared_slots import StreamSlots
+from shardstream.service.node.step_source import Served, StepSource
+from shardstream.service.node_messages import JobServed
 from shardstream.service.server_options import SERVER_OPTIONS
 from shardstream.service.tls import TlsFiles, credentials_from
 
 log = logging.getLogger(__name__)
 
-# (job id, epoch, rank, step, where to frame it) -> the decoded batch; raises ShardstreamError
-# (unknown job, bad step).
-DecodeStep = Callable[[str, int, int, int, Allocate], DecodedBatch]
-# (job id, epoch, rank, step, samples, message bytes): a batch handed to gRPC for sending.
-OnSent = Callable[[str, int, int, int, int, int], None]
 # A want read from a stream, where its batch goes, and its decoding (queued at once).
 _Wanted = tuple[pb.Want, Allocate, "asyncio.Task[DecodedBatch]"]
 
@@ -81,30 +78,23 @@ _Queued = _Wanted | BaseException | _Wake | None
 # Wants of one stream queued for decoding at once; beyond it the stream reads no more until one
 # is sent. The rank's window bounds them first (a few batches).
 PIPELINED_WANTS = 8
-# (job id, rank) -> (the data stall a rank's latest want carried, time.time() it arrived)
-Stalls = dict[tuple[str, int], tuple[float, float]]
 
 
 class BatchServer:
-    def __init__(self, decode_step: DecodeStep, host: str, settings: ServeSettings | None = None,
-                 on_sent: OnSent | None = None, tls: TlsFiles | None = None,
-                 weight_of: Callable[[str], float] = lambda _: 1.0,
-                 owner_of: Callable[[str], str | None] = lambda _: None) -> None:
+    def __init__(self, steps: StepSource, host: str, settings: ServeSettings | None = None,
+                 tls: TlsFiles | None = None) -> None:
         settings = settings or ServeSettings()
         self.identities = settings.identities  # the tokens file's (None: no token asked); replaced when it changes
         self.refusals = Refusals("decoder")  # counted into the actor's report
-        self._owner_of = owner_of  # job id -> the identity that opened it (None: not held here)
         ports, max_message_bytes = settings.ports, settings.max_message_bytes
         self._decode_timeout_s = settings.decode_timeout_s
         self._max_epoch = settings.max_epoch  # a stream for a later epoch is refused (limits.py)
-        self._decode_step = decode_step
-        self._on_sent = on_sent
+        self._steps = steps  # the actor's jobs (step_source.py)
         self._open: collections.Counter[tuple[str, int]] = collections.Counter()  # (job, rank) -> streams
-        self._stalls: Stalls = {}  # since the actor's last report (take_stalls)
-        self._stalls_lock = threading.Lock()
+        self._served = Served()  # since the actor's last report (take_served)
+        self._served_lock = threading.Lock()
         # One batch at a time (an actor is one CPU), shared between jobs by weight (fair_queue.py).
         self._decoder = FairQueue()
-        self._weight_of = weight_of
         self._loop = asyncio.new_event_loop()
         self._server: grpc.aio.Server | None = None
         started = threading.Event()
@@ -126,26 +116,27 @@ class BatchServer:
     port = 0
     queued = 0  # steps accepted and being decoded or waiting to be (read by the actor's report)
 
-    def streaming(self) -> dict[str, set[int]]:
-        """job id -> the ranks with a FetchBatches stream open here now."""
-        ranks: dict[str, set[int]] = {}
+    def take_served(self) -> Served:
+        """What this server sent and refused since the last call, and what it holds now (the
+        actor's report, once a second)."""
+        with self._served_lock:
+            served, self._served = self._served, Served()
         for job_id, rank in list(self._open):
-            ranks.setdefault(job_id, set()).add(rank)
-        return ranks
+            served.streaming.setdefault(job_id, set()).add(rank)
+        served.queued, served.refusals = self.queued, self.refusals.take()
+        return served
 
-    def take_stalls(self) -> Stalls:
-        """The latest data stall each rank sent with a want since the last call (the actor's report)."""
-        with self._stalls_lock:
-            stalls, self._stalls = self._stalls, {}
-        return stalls
+    def _sent(self, opened: pb.FetchOpen, step: int, samples: int, nbytes: int) -> None:
+        with self._served_lock:
+            job = self._served.jobs.setdefault(opened.job_id, JobServed())
+            job.batches += 1
+            job.samples += samples
+            job.nbytes += nbytes
+            job.positions[opened.rank] = max(job.positions.get(opened.rank, (opened.epoch, step)), (opened.epoch, step))
 
     def forget(self, job_id: str) -> None:
         """The job is gone: drop its share's account."""
         self._decoder.forget(job_id)
-
-    def decode_seconds(self) -> dict[str, float]:
-        """job id -> seconds of decoding its batches were given here."""
-        return self._decoder.seconds()
 
     def _run(self, host: str, ports: Sequence[int], max_message_bytes: int, started: threading.Event) -> None:
         asyncio.set_event_loop(self._loop)
@@ -250,7 +241,7 @@ class BatchServer:
         not hold passes here: decoding it says JobNotFound)."""
         if identity is None:
             return
-        owner = self._owner_of(job_id)
+        owner = self._steps.job_owner(job_id)
         if owner is not None and owner != identity.name:
             raise self.refusals.refuse(
                 PermissionDenied, identity.name, "job", f"identity {identity.name!r} may not fetch batches of job "
@@ -306,8 +297,7 @@ class BatchServer:
                     await _sent(sending)  # frames go out whole, one after another, in the order wanted
                     sending = loop.create_task(_send(connection, message))
                     message = encode_bulk(opened.epoch, opened.rank, want.step, size)
-                if self._on_sent is not None:
-                    self._on_sent(opened.job_id, opened.epoch, opened.rank, want.step, len(decoded.indices), size)
+                self._sent(opened, want.step, len(decoded.indices), size)
                 del decoded
                 yield message
             await _sent(sending)  # the last frame, before the socket closes
@@ -323,7 +313,7 @@ class BatchServer:
             if token and self._bulk is not None:
                 self._bulk.withdraw(token)
             try:  # after any decode still running for this stream: its fds must not be reused under it
-                self._decoder.submit(opened.job_id, self._weight_of(opened.job_id), slots.close)
+                self._decoder.submit(opened.job_id, self._steps.job_weight(opened.job_id), slots.close)
             except RuntimeError:  # the server is stopping, and the process with it
                 pass
 
@@ -346,8 +336,9 @@ class BatchServer:
                 if want.max_bytes < 0:
                     raise StreamProtocolError(f"a want's max_bytes must be >= 0 (0: no limit), got {want.max_bytes}")
                 if want.HasField("data_stall"):  # the rank's, for the service's status and metrics
-                    with self._stalls_lock:
-                        self._stalls[(opened.job_id, opened.rank)] = (want.data_stall, time.time())
+                    with self._served_lock:
+                        job = self._served.jobs.setdefault(opened.job_id, JobServed())
+                        job.stalls[opened.rank] = (want.data_stall, time.time())
                 allocate = slots.allocator(want.slot) if want.slot else writable_bytes
                 decoding = loop.create_task(self._decode(opened, want.step, allocate, loop))
                 await wants.put((want, allocate, decoding))
@@ -361,8 +352,8 @@ class BatchServer:
                       loop: asyncio.AbstractEventLoop) -> DecodedBatch:
         self.queued += 1
         try:
-            decoding = self._decoder.submit(opened.job_id, self._weight_of(opened.job_id), functools.partial(
-                self._decode_step, opened.job_id, opened.epoch, opened.rank, step, allocate))
+            decoding = self._decoder.submit(opened.job_id, self._steps.job_weight(opened.job_id), functools.partial(
+                self._steps.decode_step, opened.job_id, opened.epoch, opened.rank, step, allocate))
             return await asyncio.wait_for(asyncio.wrap_future(decoding, loop=loop), self._decode_timeout_s)
         except TimeoutError:
             raise DeadlineExceeded(
@@ -411,4 +402,4 @@ def _parse_control(data: bytes) -> pb.FetchControl | None:
         return None
 
 
-__all__ = ["BatchServer", "DecodeStep", "OnSent", "Stalls"]
+__all__ = ["BatchServer"]

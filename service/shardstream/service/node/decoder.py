@@ -86,9 +86,7 @@ class DecodeWorker:
         self._plans = PlanCache(PLANS_KEPT)
         self._lock = threading.Lock()  # Ray's calls and the batch server's decode thread share the jobs
         self._report = DirectReport(ReadCounters(), {})
-        self._batch_server = BatchServer(self.decode_step, ray.util.get_node_ip_address(), serving,
-                                         on_sent=self._sent, tls=tls, weight_of=self._weight,
-                                         owner_of=self._owner)
+        self._batch_server = BatchServer(self, ray.util.get_node_ip_address(), serving, tls=tls)
 
     def open_job(self, job_box: list[Any]) -> None:
         """`job_box` is [job_id, ObjectRef(DecodeJob)]: boxed so Ray doesn't fetch it every call."""
@@ -128,23 +126,17 @@ class DecodeWorker:
             self._report.served.setdefault(job_id, JobServed()).busy_seconds += batch.decode_seconds
         return batch
 
-    def _sent(self, job_id: str, epoch: int, rank: int, step: int, samples: int, nbytes: int) -> None:
-        with self._lock:
-            served = self._report.served.setdefault(job_id, JobServed())
-            served.batches += 1
-            served.samples += samples
-            served.nbytes += nbytes
-            served.positions[rank] = max(served.positions.get(rank, (epoch, step)), (epoch, step))
-
     def report(self) -> DirectReport:
         """What the batch server sent and its reads cost since the last call (the pool's probe), and
         the latest data stall each rank sent with its wants."""
         with self._lock:
             report, self._report = self._report, DirectReport(ReadCounters(), {})
-        report.queued, report.streaming = self._batch_server.queued, self._batch_server.streaming()
-        report.refusals = self._batch_server.refusals.take()
-        for (job_id, rank), stall in self._batch_server.take_stalls().items():
-            report.served.setdefault(job_id, JobServed()).stalls[rank] = stall
+        served = self._batch_server.take_served()
+        for job_id, sent in served.jobs.items():
+            job = report.served.setdefault(job_id, JobServed())
+            job.batches, job.samples, job.nbytes = sent.batches, sent.samples, sent.nbytes
+            job.positions, job.stalls = sent.positions, sent.stalls
+        report.queued, report.streaming, report.refusals = served.queued, served.streaming, served.refusals
         return report
 
     def drain(self) -> None:
@@ -175,13 +167,13 @@ class DecodeWorker:
         self._plans.forget(job_id)
         self._batch_server.forget(job_id)
 
-    def _weight(self, job_id: str) -> float:
+    def job_weight(self, job_id: str) -> float:
         """The job's share of this actor's decoding (its priority class's weight)."""
         with self._lock:
             entry = self._jobs.get(job_id)
         return entry[0].weight if entry is not None else 1.0
 
-    def _owner(self, job_id: str) -> str | None:
+    def job_owner(self, job_id: str) -> str | None:
         """The identity that opened the job (tokens file), or None when this actor does not hold it."""
         with self._lock:
             entry = self._jobs.get(job_id)
