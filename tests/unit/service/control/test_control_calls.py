@@ -15,6 +15,7 @@ from typing import Any
 import grpc
 import pytest
 
+from shardstream.client import RemoteLoader
 from shardstream.client.connection import ServiceConnection
 from shardstream.proto import PROTOCOL_VERSION, SERVICE_NAME
 from shardstream.proto.errors import ERROR_METADATA_KEY, JobNotFound, ProtocolMismatch
@@ -65,12 +66,13 @@ class Metrics:
 class Running:
     address: str
     pool: Pool
+    registry: JobRegistry
     refusals: Refusals
 
 
 def serve(config: ServiceConfig, gate: Gate | None = None) -> Iterator[Running]:
-    pool = Pool()
-    servicer = LoaderServicer(config, JobRegistry(()), pool, Metrics(Errors()),  # type: ignore[arg-type]
+    pool, registry = Pool(), JobRegistry(())
+    servicer = LoaderServicer(config, registry, pool, Metrics(Errors()),  # type: ignore[arg-type]
                               StorageCalls(4), gate)
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4),
                          interceptors=[gate.interceptor()] if gate is not None else None)
@@ -78,7 +80,7 @@ def serve(config: ServiceConfig, gate: Gate | None = None) -> Iterator[Running]:
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     try:
-        yield Running(f"127.0.0.1:{port}", pool, gate.refusals if gate is not None else Refusals("service"))
+        yield Running(f"127.0.0.1:{port}", pool, registry, gate.refusals if gate is not None else Refusals("service"))
     finally:
         server.stop(0).wait()
 
@@ -211,3 +213,35 @@ def test_the_generated_stub_names_the_new_calls(plain: Running, data: str) -> No
         assert stub.GetManifest(pb.GetManifestRequest(protocol_version=PROTOCOL_VERSION, job_id=job_id),
                                 timeout=10).manifest_json
 
+
+
+def spy(connection: ServiceConnection) -> dict[str, int]:
+    """How often `connection` makes each control call from now on."""
+    calls: dict[str, int] = {}
+
+    def counting(name: str, method: Any) -> Any:
+        def call(*args: Any) -> Any:
+            calls[name] = calls.get(name, 0) + 1
+            return method(*args)
+
+        return call
+
+    for name in ("open_job", "list_decoders", "get_manifest"):
+        setattr(connection, name, counting(name, getattr(connection, name)))
+    return calls
+
+
+def test_a_loader_joins_refreshes_and_reads_the_manifest_one_call_each(plain: Running, data: str) -> None:
+    """The refresh is ListDecoders alone, replacing loader.job with a new snapshot of the same job; the
+    manifest is GetManifest; a job the service forgot is joined again (OpenJob) before either."""
+    with RemoteLoader(plain.address, dataset=data, batch_size=2, world_size=4, rank=1, job_name="a-loader",
+                      connect_timeout=10) as loader:
+        calls = spy(loader._connection)
+        joined = loader.job
+        assert len(joined.batch_servers) == 2 and loader.window_bytes == (1 << 20) // 4
+        assert loader._list_decoders() == list(loader.job.batch_servers) and calls == {"list_decoders": 1}
+        assert loader.job is not joined and loader.job == joined  # a new snapshot of the same listing
+        assert loader.manifest()["dataset"]["samples"] == 12 and calls["get_manifest"] == 1
+        plain.registry.expire(0.0)  # idle past job_idle_ttl_s: the service forgets the job
+        assert loader._list_decoders() and calls == {"list_decoders": 3, "open_job": 1, "get_manifest": 1}
+        assert loader.job.job_id == joined.job_id
