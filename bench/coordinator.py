@@ -1,10 +1,10 @@
 """What the coordinator (`shardstream serve`) spends per rank on the direct data plane.
 
-It carries no batches: a rank's only calls are OpenJob when it starts or
-reconnects and, every DECODERS_REFRESH_S while it iterates, OpenJob again to
-learn of decoders that joined. This starts a service, opens one job, and has
-simulated ranks (threads, each with its own channel) call OpenJob back to back
-for a while, measuring the `serve` process's own CPU (psutil: its threads only,
+It carries no batches: a rank's only calls are OpenJob and ListDecoders when
+it starts or reconnects and, every DECODERS_REFRESH_S while it iterates,
+ListDecoders again to learn of decoders that joined. This starts a service,
+opens one job, and has simulated ranks (threads, each with its own channel)
+call ListDecoders back to back for a while, measuring the `serve` process's own CPU (psutil: its threads only,
 not the decode actors or Ray's daemons). From that: the CPU per call, and how
 many ranks one core of the coordinator keeps refreshed.
 
@@ -75,15 +75,17 @@ def measure(address: str, serve_pid: int, dataset: str, ranks: int, seconds: flo
         return pb.OpenJobRequest(protocol_version=PROTOCOL_VERSION, job_name=name, spec=spec, rank=rank)
 
     with grpc.insecure_channel(address) as channel:  # the job exists before the clock starts
-        pb_grpc.LoaderStub(channel).OpenJob(request(0), timeout=60)
+        job_id = pb_grpc.LoaderStub(channel).OpenJob(request(0), timeout=60).job_id
+    listing = pb.ListDecodersRequest(protocol_version=PROTOCOL_VERSION, job_id=job_id)
     counts = [0] * ranks
     stop = threading.Event()
 
     def rank_loop(rank: int) -> None:
         with grpc.insecure_channel(address) as channel:
             stub = pb_grpc.LoaderStub(channel)
+            stub.OpenJob(request(rank), timeout=60)  # each rank joins, then refreshes
             while not stop.is_set():
-                stub.OpenJob(request(rank), timeout=60)
+                stub.ListDecoders(listing, timeout=60)
                 counts[rank] += 1
 
     serve = psutil.Process(serve_pid)
@@ -135,7 +137,7 @@ def report_cost_ms(work: Path, seconds: float, actors: tuple[int, int] = (1, 8))
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.coordinator", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--ranks", type=int, default=64, help="simulated ranks calling OpenJob")
+    parser.add_argument("--ranks", type=int, default=64, help="simulated ranks calling ListDecoders")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--out", default="bench/results", help="directory for the JSON")
     args = parser.parse_args(argv)
@@ -152,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                "refresh_s": DECODERS_REFRESH_S, "report_cpu_us_by_ranks": reports,
                "serve_cpu_ms_per_actor_report": per_actor_ms}
     sys.stdout.write(
-        f"{cost.ranks} simulated ranks, {cost.calls:,} OpenJob calls in {cost.seconds:.1f} s: "
+        f"{cost.ranks} simulated ranks, {cost.calls:,} ListDecoders calls in {cost.seconds:.1f} s: "
         f"`serve` spent {cost.serve_cpu_s:.2f} CPU-s, {cost.cpu_ms_per_call:.3f} CPU-ms per call; "
         f"one core keeps {cost.ranks_per_core:,.0f} ranks refreshed every {DECODERS_REFRESH_S:.0f} s\n")
     sys.stdout.write("booking a decode actor's once-a-second report: " + ", ".join(

@@ -1,4 +1,5 @@
-"""bench.coordinator: the coordinator's CPU per OpenJob call, and the ranks one core keeps refreshed."""
+"""bench.coordinator: the coordinator's CPU per ListDecoders call (a rank's decoder refresh), and the
+ranks one core keeps refreshed."""
 
 from __future__ import annotations
 

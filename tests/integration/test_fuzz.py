@@ -97,10 +97,15 @@ specs = st.builds(
 fetch_opens = st.builds(pb.FetchOpen, protocol_version=st.sampled_from([0, PROTOCOL_VERSION, 99]),
                         job_id=st.sampled_from(["", "nope"]) | st.just("TARGET"), epoch=st.integers(-2, 5),
                         rank=st.integers(-2, 4))
+versions = st.sampled_from([0, PROTOCOL_VERSION - 1, PROTOCOL_VERSION, 99])
+job_ids = st.sampled_from(["", "nope", "TARGET"]) | st.text(max_size=20)
 requests = st.one_of(
     st.tuples(st.just("OpenJob"), st.binary(max_size=64)),
     st.tuples(st.just("GetStatus"), st.binary(max_size=16)),
-    st.tuples(st.just("OpenJob"), st.builds(pb.OpenJobRequest, protocol_version=st.sampled_from([0, 1, 2]),
+    st.tuples(st.sampled_from(["ListDecoders", "GetManifest"]), st.binary(max_size=32)),
+    st.tuples(st.just("ListDecoders"), st.builds(pb.ListDecodersRequest, protocol_version=versions, job_id=job_ids)),
+    st.tuples(st.just("GetManifest"), st.builds(pb.GetManifestRequest, protocol_version=versions, job_id=job_ids)),
+    st.tuples(st.just("OpenJob"), st.builds(pb.OpenJobRequest, protocol_version=st.sampled_from([0, 1, 2, 3]),
                                             job_name=st.text(max_size=8), spec=specs, rank=st.integers(-2, 10))),
     st.tuples(st.just("Fetch"), st.lists(st.binary(max_size=32), min_size=0, max_size=3)),
     st.tuples(st.just("Fetch"), st.lists(
@@ -116,6 +121,8 @@ def send(channel: grpc.Channel, request: tuple[str, Any], decoder: grpc.Channel)
     if method == "Fetch":  # a decode actor's batch server
         stream(decoder, _aimed(body), FETCH_BATCHES_METHOD)
     else:
+        if getattr(body, "job_id", None) == "TARGET":  # ListDecoders, GetManifest of the running job
+            body.job_id = Target.job_id
         unary(channel, method, body if isinstance(body, bytes) else body.SerializeToString())
 
 

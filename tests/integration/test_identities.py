@@ -187,6 +187,32 @@ def test_fetch_batches_straight_to_a_decoder_wants_the_jobs_own_identity(service
         assert [b["idx"].tolist() for b in loader] == _expected()
 
 
+def test_listing_the_decoders_or_reading_the_manifest_of_another_identitys_job_is_refused(
+        service: tuple[Service, str], base: Path) -> None:
+    """As the decoders refuse its batches: PermissionDenied naming the identity, counted; the job's
+    own identity and an admin (who sees every job in GetStatus) are answered."""
+    _, address = service
+    with _loader(address, base, token=A, job_name="a-listed") as loader, grpc.insecure_channel(address) as channel:
+        job_id = loader.job.job_id
+        stub = pb_grpc.LoaderStub(channel)
+        calls = {"list the decoders of": (stub.ListDecoders, pb.ListDecodersRequest(
+                     protocol_version=PROTOCOL_VERSION, job_id=job_id)),
+                 "read the manifest of": (stub.GetManifest, pb.GetManifestRequest(
+                     protocol_version=PROTOCOL_VERSION, job_id=job_id))}
+        for what, (call, request) in calls.items():
+            before = refusals(service, "team-b", "job")
+            with pytest.raises(grpc.RpcError) as refused:
+                call(request, timeout=10, metadata=bearer(B))
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+            assert refused.value.details() == f"identity 'team-b' may not {what} job {job_id!r}: another identity opened it"
+            assert dict(refused.value.trailing_metadata() or ())[ERROR_METADATA_KEY] == "PermissionDenied"
+            assert refusals(service, "team-b", "job") == before + 1
+            call(request, timeout=10, metadata=bearer(OPS))
+        listed = stub.ListDecoders(calls["list the decoders of"][1], timeout=10, metadata=bearer(A))
+        assert sorted(listed.batch_servers) == sorted(loader.job.batch_servers)
+        assert [b["idx"].tolist() for b in loader] == _expected()
+
+
 def test_an_identity_reads_only_under_its_dataset_prefixes(service: tuple[Service, str], base: Path) -> None:
     _, address = service
     with pytest.raises(DatasetNotAllowed) as refused:

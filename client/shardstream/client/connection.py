@@ -1,24 +1,31 @@
 """The client's link to the service: one gRPC channel, typed errors, and reconnecting.
 
+Control calls, one job each: OpenJob opens or joins the job, ListDecoders
+lists the decoders a rank fetches from (and its window), GetManifest reads the
+job's reproducibility manifest. Joining is OpenJob, then ListDecoders.
+
 Reconnecting is safe because every request is idempotent: OpenJob with the
 same name and spec joins the same job (whose plan is a pure function of the
-spec, the dataset and the epoch), and a batch stream is keyed by (job, epoch,
-rank, start step). After a connection reset or a service restart, the client
-opens the job again and resumes the stream at its next batch.
+spec, the dataset and the epoch), ListDecoders and GetManifest only read, and
+a batch stream is keyed by (job, epoch, rank, start step). After a connection
+reset or a service restart, the client joins the job again and resumes the
+stream at its next batch.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from typing import Any
 
 import grpc
 
 from shardstream.client.auth import Token, call_metadata
+from shardstream.client.job_view import JobView
 from shardstream.client.shutdown import track_channel, untrack_channel
 from shardstream.client.tls import TLS, explain_handshake_failure, open_channel
+from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.errors import (
-    DatasetChanged,
     ServiceUnavailable,
     ShardstreamError,
     from_rpc_error,
@@ -102,24 +109,42 @@ class ServiceConnection:
         return None
 
     def open_job(self, request: pb.OpenJobRequest, timeout_s: float) -> pb.OpenJobResponse:
+        response: pb.OpenJobResponse = self._call(self._stub.OpenJob, request, timeout_s)
+        return response
+
+    def list_decoders(self, job_id: str, timeout_s: float) -> pb.ListDecodersResponse:
+        request = pb.ListDecodersRequest(protocol_version=PROTOCOL_VERSION, job_id=job_id)
+        response: pb.ListDecodersResponse = self._call(self._stub.ListDecoders, request, timeout_s)
+        return response
+
+    def get_manifest(self, job_id: str, timeout_s: float) -> pb.GetManifestResponse:
+        request = pb.GetManifestRequest(protocol_version=PROTOCOL_VERSION, job_id=job_id)
+        response: pb.GetManifestResponse = self._call(self._stub.GetManifest, request, timeout_s)
+        return response
+
+    def join(self, request: pb.OpenJobRequest, timeout_s: float) -> JobView:
+        """Open or join the job, then list its decoders, both within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        opened = self.open_job(request, timeout_s)
+        return JobView.of(opened, self.list_decoders(opened.job_id, max(deadline - time.monotonic(), 0.01)))
+
+    def _call(self, method: Any, request: Any, timeout_s: float) -> Any:
         try:
-            response: pb.OpenJobResponse = self._stub.OpenJob(request, timeout=timeout_s,
-                                                              metadata=call_metadata(self.token))
-            return response
+            return method(request, timeout=timeout_s, metadata=call_metadata(self.token))
         except grpc.RpcError as exc:
             raise from_rpc_error(exc) from None
 
-    def reopen_job(self, request: pb.OpenJobRequest, known: pb.OpenJobResponse, cause: BaseException,
-                   timeout_s: float) -> pb.OpenJobResponse:
-        """Reconnect and open the same job again, retrying with backoff until timeout_s."""
+    def reopen_job(self, request: pb.OpenJobRequest, known: JobView, cause: BaseException,
+                   timeout_s: float) -> JobView:
+        """Reconnect and join the same job again, retrying with backoff until timeout_s."""
         deadline = time.monotonic() + timeout_s
         delay = 0.1
         log.warning("lost the stream from %s (%s); reconnecting", self.address, cause)
         while True:
             try:
                 self.wait_ready(max(min(deadline - time.monotonic(), 5.0), 0.01))
-                job = self.open_job(request, max(deadline - time.monotonic(), 0.01))
-                _check_same_job(known, job)
+                job = self.join(request, max(deadline - time.monotonic(), 0.01))
+                known.check_same(job)
                 log.info("reconnected to %s, job %s", self.address, job.job_id)
                 return job
             except ServiceUnavailable as exc:
@@ -135,17 +160,9 @@ class ServiceConnection:
         self._channel.close()
 
 
-def _check_same_job(known: pb.OpenJobResponse, job: pb.OpenJobResponse) -> None:
-    for field in ("job_id", "dataset_fingerprint", "num_samples", "batches_per_rank"):
-        if getattr(known, field) != getattr(job, field):
-            raise DatasetChanged(
-                f"after reconnecting, the job's {field} is {getattr(job, field)!r} instead of "
-                f"{getattr(known, field)!r}: the dataset or the service changed under the running job")
-
-
 class NoProgress:
-    """Bounds reopening a job that makes no progress: the service answers OpenJob, but every
-    decoder it lists fails (unreachable data ports, a certificate that does not match). After
+    """Bounds reopening a job that makes no progress: the service answers, but every decoder
+    ListDecoders lists fails (unreachable data ports, a certificate that does not match). After
     `timeout_s` without a batch, the last failure is raised; between attempts it backs off."""
 
     def __init__(self, timeout_s: float) -> None:

@@ -11,6 +11,11 @@ Rank k of epoch e receives exactly the batches DataLoader(ds, batch_size=B,
 drop_last=d, sampler=DistributedSampler(ds, W, rank, shuffle, seed, d)) would
 give after set_epoch(e). Ranks never wait for each other: each opens (or
 joins) the job and streams its own batches.
+
+`loader.job` (job_view.py) is one immutable snapshot of the job and its
+decoders, replaced whole in one assignment: by the loop's thread when it joins
+or reconnects, and by the fetcher's refresh thread when ListDecoders lists the
+decoders again. Readers take `self.job` once and use that snapshot.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from shardstream.client.decoder_stream import FetchTarget
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, ListingClock
 from shardstream.client.job_spec import job_spec
+from shardstream.client.job_view import JobView
 from shardstream.client.profiling import NamedWaits
 from shardstream.client.receive_buffers import ReceiveBuffers
 from shardstream.client.stall import LoopWaits
@@ -214,7 +220,7 @@ class RemoteLoader:
         # and the one a training loop's variable holds while it asks for the next.
         self._receive_buffers = ReceiveBuffers(keep=prefetch + 1)
         try:
-            self.job = self._connection.open_job(self._open_request(), self.timeout)
+            self.job: JobView = self._connection.join(self._open_request(), self.timeout)
             self._listing = ListingClock()  # when the job's decoders were last asked for
         except ShardstreamError:
             self._connection.close()
@@ -334,12 +340,13 @@ class RemoteLoader:
 
     def _open_stream(self, epoch: int, start_step: int) -> DirectPrefetcher:
         """Fetch this epoch's batches from the decoders themselves (docs/data-plane.md)."""
-        describe = f"job {self.job.job_id} epoch {epoch} rank {self.rank}"
+        job = self.job  # one snapshot: the refresh thread may replace self.job meanwhile
+        describe = f"job {job.job_id} epoch {epoch} rank {self.rank}"
         convert = lambda m: batch_to_tensors(m, self.pin_memory)  # noqa: E731
-        target = FetchTarget(self.job.job_id, epoch, self.rank, start_step, len(self),
+        target = FetchTarget(job.job_id, epoch, self.rank, start_step, job.batches_per_rank,
                              placement=f"{self.world_size}/{self.spec.batch_size}/{self.rank}")
-        self._decoder_channels.keep_only(self.job.batch_servers)
-        return DirectPrefetcher(list(self.job.batch_servers), target, self.prefetch, self.window_bytes, convert,
+        self._decoder_channels.keep_only(job.batch_servers)
+        return DirectPrefetcher(list(job.batch_servers), target, self.prefetch, self._window_of(job), convert,
                                 self.timeout, describe,
                                 self._decoder_channels, self.stats, self._list_decoders, self.shared_memory,
                                 self.bulk_socket, data_stall=lambda: self.data_stall, listing=self._listing,
@@ -349,15 +356,32 @@ class RemoteLoader:
     def window_bytes(self) -> int:
         """The most batch bytes this rank holds received or in flight: prefetch_bytes, within the
         service's per-job limit (job_max_in_flight_bytes)."""
+        return self._window_of(self.job)
+
+    def _window_of(self, job: JobView) -> int:
         window = self.prefetch_bytes or DEFAULT_WINDOW_BYTES
-        return min(window, self.job.max_window_bytes) if self.job.max_window_bytes else window
+        return min(window, job.max_window_bytes) if job.max_window_bytes else window
 
     def _list_decoders(self) -> list[str]:
-        """The job's decoders now (OpenJob is idempotent): the fetcher draws on ones that joined, and
-        the next epoch starts with this list, not the one the job was opened with (no stream to an
-        actor that has since gone)."""
-        self.job = self._connection.open_job(self._open_request(), min(self.timeout, 10.0))
-        return list(self.job.batch_servers)
+        """The job's decoders now (ListDecoders), on the fetcher's refresh thread: it draws on ones
+        that joined, and the next epoch starts with this list, not the one the job was opened with
+        (no stream to an actor that has since gone). The new listing replaces `self.job` as one
+        snapshot (job_view.py)."""
+        timeout_s = min(self.timeout, 10.0)
+        job = self.job
+        try:
+            fresh = job.listed(self._connection.list_decoders(job.job_id, timeout_s))
+        except JobNotFound:
+            fresh = self._rejoined(job, timeout_s)
+        self.job = fresh
+        return list(fresh.batch_servers)
+
+    def _rejoined(self, known: JobView, timeout_s: float) -> JobView:
+        """The job joined again when the service no longer holds it (restarted, or the job sat idle
+        past its job_idle_ttl_s): OpenJob rebuilds the same job, as reconnecting does."""
+        job = self._connection.join(self._open_request(), timeout_s)
+        known.check_same(job)
+        return job
 
     def state_dict(self) -> dict[str, Any]:
         """Where this job is: the same on every rank (in DDP lockstep), small and picklable."""
@@ -376,11 +400,15 @@ class RemoteLoader:
         """The job's reproducibility manifest: the dataset's identity (files with sizes and
         versions), the format, the pipeline (transform, collate, their code's hashes) and its hash,
         the order contract's parameters, and the service's package versions. Asked of the service
-        once, then kept."""
+        once (GetManifest), then kept."""
         if self._manifest is None:
-            request = self._open_request()
-            request.want_manifest = True
-            self._manifest = json.loads(self._connection.open_job(request, self.timeout).manifest_json or "{}")
+            job = self.job
+            try:
+                reply = self._connection.get_manifest(job.job_id, self.timeout)
+            except JobNotFound:
+                self.job = self._rejoined(job, self.timeout)
+                reply = self._connection.get_manifest(job.job_id, self.timeout)
+            self._manifest = json.loads(reply.manifest_json or "{}")
         return self._manifest
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

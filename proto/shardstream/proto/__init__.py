@@ -9,7 +9,10 @@
 # decoder of version 1 would never send: versions that differ are refused at once, by name.
 # 3: a batch larger than the room a want had comes back as `needs_room` (its size), which a client
 # of version 2 would take for an empty batch.
-PROTOCOL_VERSION = 3
+# 4: one job per control call. OpenJob opens or joins only; a rank learns its decoders and window
+# from ListDecoders and the manifest from GetManifest. A client of version 3 would find no decoder
+# in OpenJob's answer.
+PROTOCOL_VERSION = 4
 SERVICE_NAME = "shardstream.v1.Loader"
 # Each decode actor's own port (docs/data-plane.md). FetchBatches is served and
 # called with hand-framed Batch bytes (see wire.py), so both sides name the

@@ -149,8 +149,8 @@ class ServiceConfig:
         minimum=1, maximum=500)
     job_idle_ttl_s: float = setting(3600.0, "a job with no open stream for this long, seconds, is forgotten "
                                     "(clients reopen it on demand)", above=0)
-    grpc_workers: int = setting(64, "concurrent OpenJob, GetStatus and health calls on the service's port",
-                                minimum=2)
+    grpc_workers: int = setting(64, "concurrent control calls (OpenJob, ListDecoders, GetManifest, GetStatus) "
+                                "and health calls on the service's port", minimum=2)
     max_abandoned_storage_calls: int = setting(
         64, "dataset listings left running past their request's deadline (storage not answering) before "
         "further opens are refused with RESOURCE_EXHAUSTED; each holds a thread until the store answers",

@@ -99,23 +99,21 @@ class JobSpec(_message.Message):
     def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ..., shuffle_block: _Optional[int] = ..., format: _Optional[str] = ..., format_args_json: _Optional[str] = ..., collate: _Optional[str] = ..., pad_value: _Optional[float] = ..., weights: _Optional[str] = ..., bucket_by: _Optional[str] = ..., bucket_window: _Optional[int] = ..., nulls: _Optional[str] = ...) -> None: ...
 
 class OpenJobRequest(_message.Message):
-    __slots__ = ("protocol_version", "job_name", "spec", "rank", "want_manifest", "priority")
+    __slots__ = ("protocol_version", "job_name", "spec", "rank", "priority")
     PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     SPEC_FIELD_NUMBER: _ClassVar[int]
     RANK_FIELD_NUMBER: _ClassVar[int]
-    WANT_MANIFEST_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     protocol_version: int
     job_name: str
     spec: JobSpec
     rank: int
-    want_manifest: bool
     priority: str
-    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., want_manifest: _Optional[bool] = ..., priority: _Optional[str] = ...) -> None: ...
+    def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., priority: _Optional[str] = ...) -> None: ...
 
 class OpenJobResponse(_message.Message):
-    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files", "batch_servers", "manifest_json", "max_window_bytes")
+    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -123,9 +121,6 @@ class OpenJobResponse(_message.Message):
     SAMPLES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
     BATCHES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
     NUM_FILES_FIELD_NUMBER: _ClassVar[int]
-    BATCH_SERVERS_FIELD_NUMBER: _ClassVar[int]
-    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
-    MAX_WINDOW_BYTES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec_fingerprint: str
     dataset_fingerprint: str
@@ -133,10 +128,37 @@ class OpenJobResponse(_message.Message):
     samples_per_rank: int
     batches_per_rank: int
     num_files: int
+    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ...) -> None: ...
+
+class ListDecodersRequest(_message.Message):
+    __slots__ = ("protocol_version", "job_id")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    job_id: str
+    def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class ListDecodersResponse(_message.Message):
+    __slots__ = ("batch_servers", "max_window_bytes")
+    BATCH_SERVERS_FIELD_NUMBER: _ClassVar[int]
+    MAX_WINDOW_BYTES_FIELD_NUMBER: _ClassVar[int]
     batch_servers: _containers.RepeatedScalarFieldContainer[str]
-    manifest_json: str
     max_window_bytes: int
-    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., batch_servers: _Optional[_Iterable[str]] = ..., manifest_json: _Optional[str] = ..., max_window_bytes: _Optional[int] = ...) -> None: ...
+    def __init__(self, batch_servers: _Optional[_Iterable[str]] = ..., max_window_bytes: _Optional[int] = ...) -> None: ...
+
+class GetManifestRequest(_message.Message):
+    __slots__ = ("protocol_version", "job_id")
+    PROTOCOL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    protocol_version: int
+    job_id: str
+    def __init__(self, protocol_version: _Optional[int] = ..., job_id: _Optional[str] = ...) -> None: ...
+
+class GetManifestResponse(_message.Message):
+    __slots__ = ("manifest_json",)
+    MANIFEST_JSON_FIELD_NUMBER: _ClassVar[int]
+    manifest_json: str
+    def __init__(self, manifest_json: _Optional[str] = ...) -> None: ...
 
 class Tensor(_message.Message):
     __slots__ = ("name", "dtype", "shape", "data")

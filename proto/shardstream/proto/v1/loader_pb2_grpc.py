@@ -39,6 +39,16 @@ class LoaderStub:
                 request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.OpenJobRequest.SerializeToString,
                 response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.OpenJobResponse.FromString,
                 _registered_method=True)
+        self.ListDecoders = channel.unary_unary(
+                '/shardstream.v1.Loader/ListDecoders',
+                request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ListDecodersRequest.SerializeToString,
+                response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ListDecodersResponse.FromString,
+                _registered_method=True)
+        self.GetManifest = channel.unary_unary(
+                '/shardstream.v1.Loader/GetManifest',
+                request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetManifestRequest.SerializeToString,
+                response_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetManifestResponse.FromString,
+                _registered_method=True)
         self.GetStatus = channel.unary_unary(
                 '/shardstream.v1.Loader/GetStatus',
                 request_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetStatusRequest.SerializeToString,
@@ -52,7 +62,27 @@ class LoaderServicer:
     def OpenJob(self, request, context):
         """Opens the job named by job_name, or joins it when it already exists.
         Every rank of one training job calls this with the same spec; a spec
-        that differs from the job's is refused with FAILED_PRECONDITION.
+        that differs from the job's is refused with FAILED_PRECONDITION. It
+        answers once the decode actors ready now hold the job, so any decoder
+        ListDecoders then names can serve it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListDecoders(self, request, context):
+        """The decoders a rank of an open job fetches its batches from now, and the
+        rank's window. Ranks ask again every DECODERS_REFRESH_S to draw on
+        decoders that joined. It reads nothing and waits for nothing. A job this
+        service does not hold is NOT_FOUND (JobNotFound: open it again); another
+        identity's job is PERMISSION_DENIED.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetManifest(self, request, context):
+        """The job's reproducibility manifest; refused as ListDecoders refuses.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -72,6 +102,16 @@ def add_LoaderServicer_to_server(servicer, server):
                     servicer.OpenJob,
                     request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.OpenJobRequest.FromString,
                     response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.OpenJobResponse.SerializeToString,
+            ),
+            'ListDecoders': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDecoders,
+                    request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ListDecodersRequest.FromString,
+                    response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.ListDecodersResponse.SerializeToString,
+            ),
+            'GetManifest': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetManifest,
+                    request_deserializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetManifestRequest.FromString,
+                    response_serializer=shardstream_dot_proto_dot_v1_dot_loader__pb2.GetManifestResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -106,6 +146,60 @@ class Loader:
             '/shardstream.v1.Loader/OpenJob',
             shardstream_dot_proto_dot_v1_dot_loader__pb2.OpenJobRequest.SerializeToString,
             shardstream_dot_proto_dot_v1_dot_loader__pb2.OpenJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDecoders(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardstream.v1.Loader/ListDecoders',
+            shardstream_dot_proto_dot_v1_dot_loader__pb2.ListDecodersRequest.SerializeToString,
+            shardstream_dot_proto_dot_v1_dot_loader__pb2.ListDecodersResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetManifest(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/shardstream.v1.Loader/GetManifest',
+            shardstream_dot_proto_dot_v1_dot_loader__pb2.GetManifestRequest.SerializeToString,
+            shardstream_dot_proto_dot_v1_dot_loader__pb2.GetManifestResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -114,9 +114,19 @@ class Gate:
 
         return check
 
+    def check_job(self, identity: Identity, job_id: str, owner: str, what: str, peer: str = "") -> None:
+        """Refuse (PERMISSION_DENIED, naming the identity) a call about a job GetStatus would not show
+        `identity` (`sees`): one `owner` opened, another identity, unless `identity` is an admin.
+        `what`: the call's verb phrase, e.g. "list the decoders of"."""
+        if not self.sees(identity, owner):
+            raise self.refusals.refuse(
+                PermissionDenied, identity.name, "job", f"identity {identity.name!r} may not {what} job "
+                f"{job_id!r}: another identity opened it", peer)
+
     @staticmethod
     def sees(identity: Identity | None, owner: str) -> bool:
-        """Whether GetStatus shows `identity` a job of `owner`: its own, or all for an admin."""
+        """Whether GetStatus shows `identity` a job of `owner`, and ListDecoders and GetManifest answer
+        it about one: its own, or all for an admin."""
         return identity is None or identity.admin or identity.name == owner
 
 

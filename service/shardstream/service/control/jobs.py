@@ -177,7 +177,7 @@ class JobRegistry:
 
     def find(self, name: str, spec: JobSpec, rank: int, priority: str = "", owner: str = "") -> Job | None:
         """The open job this rank joins, or None when it must be opened (which reads storage).
-        Ranks call OpenJob again every few seconds to learn of new decoders: this is that path.
+        Every rank but the first joins, and joins again when it reconnects: this is that path.
         `owner`: the caller's identity; only its own jobs are found."""
         if not 0 <= rank < spec.world_size:
             raise InvalidJobSpec(f"rank {rank} is outside world_size {spec.world_size} (0..{spec.world_size - 1})")

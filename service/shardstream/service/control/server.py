@@ -11,9 +11,11 @@ import logging
 import threading
 from concurrent import futures
 from dataclasses import dataclass, field
+from typing import Any
 from wsgiref.simple_server import WSGIServer
 
 import grpc
+from google.protobuf.message import Message
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from shardstream.proto import SERVICE_NAME
@@ -108,14 +110,16 @@ def _loader_handler(servicer: LoaderServicer) -> grpc.GenericRpcHandler:
     """The generated registration, except that requests that do not parse reach the servicer as
     MalformedRequest, so they get INVALID_ARGUMENT with the parse error instead of gRPC's bare
     INTERNAL."""
+    methods: dict[str, tuple[Any, type[Message], type[Message]]] = {
+        "OpenJob": (servicer.OpenJob, pb.OpenJobRequest, pb.OpenJobResponse),
+        "ListDecoders": (servicer.ListDecoders, pb.ListDecodersRequest, pb.ListDecodersResponse),
+        "GetManifest": (servicer.GetManifest, pb.GetManifestRequest, pb.GetManifestResponse),
+        "GetStatus": (servicer.GetStatus, pb.GetStatusRequest, pb.ServiceStatus),
+    }
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {
-        "OpenJob": grpc.unary_unary_rpc_method_handler(
-            servicer.OpenJob, request_deserializer=lenient_parser(pb.OpenJobRequest),
-            response_serializer=pb.OpenJobResponse.SerializeToString),
-        "GetStatus": grpc.unary_unary_rpc_method_handler(
-            servicer.GetStatus, request_deserializer=lenient_parser(pb.GetStatusRequest),
-            response_serializer=pb.ServiceStatus.SerializeToString),
-    })
+        name: grpc.unary_unary_rpc_method_handler(behavior, request_deserializer=lenient_parser(request),
+                                                  response_serializer=response.SerializeToString)
+        for name, (behavior, request, response) in methods.items()})
 
 
 def create_server(config: ServiceConfig) -> tuple[Service, int]:

@@ -36,7 +36,7 @@ from shardstream.service.control.jobs import Job, JobRegistry, RankProgress
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.spec import JobSpec
-from shardstream.service.control.spec_limits import check_open_request
+from shardstream.service.control.spec_limits import check_job_id, check_open_request
 from shardstream.service.node_messages import CacheSizing, ReadCounters
 from shardstream.service.shares import job_decoders, rank_window
 
@@ -110,6 +110,8 @@ class LoaderServicer(pb_grpc.LoaderServicer):
 
     @unary_boundary
     def OpenJob(self, request: pb.OpenJobRequest, context: grpc.ServicerContext) -> pb.OpenJobResponse:
+        """Open the job, or join it. It answers once the decode actors ready now hold the job (up to
+        DecodePool.register's wait), so every decoder ListDecoders names can serve its first fetch."""
         if isinstance(request, MalformedRequest):
             request.refuse()
         _check_version(request.protocol_version)
@@ -134,10 +136,37 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             samples_per_rank=job.sampling.samples_per_rank,
             batches_per_rank=job.sampling.batches_per_rank,
             num_files=len(job.index.shards),
-            batch_servers=job_decoders(job.job_id, self.pool.batch_addresses(), self.config.job_max_decoders),
-            max_window_bytes=rank_window(self.config.job_max_in_flight_bytes, spec.world_size),
-            manifest_json=json.dumps(job.manifest, sort_keys=True) if request.want_manifest else "",
         )
+
+    @unary_boundary
+    def ListDecoders(self, request: pb.ListDecodersRequest,
+                     context: grpc.ServicerContext) -> pb.ListDecodersResponse:
+        """The decoders the job's ranks fetch from now, and each rank's window. Reads nothing, waits
+        for nothing: ranks call it every DECODERS_REFRESH_S."""
+        job = self._visible_job(request, context, "list the decoders of")
+        return pb.ListDecodersResponse(
+            batch_servers=job_decoders(job.job_id, self.pool.batch_addresses(), self.config.job_max_decoders),
+            max_window_bytes=rank_window(self.config.job_max_in_flight_bytes, job.spec.world_size),
+        )
+
+    @unary_boundary
+    def GetManifest(self, request: pb.GetManifestRequest, context: grpc.ServicerContext) -> pb.GetManifestResponse:
+        job = self._visible_job(request, context, "read the manifest of")
+        return pb.GetManifestResponse(manifest_json=json.dumps(job.manifest, sort_keys=True))
+
+    def _visible_job(self, request: pb.ListDecodersRequest | pb.GetManifestRequest, context: grpc.ServicerContext,
+                     what: str) -> Job:
+        """The open job a request names by id: its version checked, the id held to the request
+        limits, and the job one the caller may see (the gate: its own, or any for an admin)."""
+        if isinstance(request, MalformedRequest):
+            request.refuse()
+        _check_version(request.protocol_version)
+        check_job_id(request.job_id, self.config.request_limits)
+        job = self.registry.get(request.job_id)
+        identity = caller()
+        if identity is not None and self.gate is not None:
+            self.gate.check_job(identity, job.job_id, job.owner, what, context.peer())
+        return job
 
     @unary_boundary
     def GetStatus(self, request: pb.GetStatusRequest, context: grpc.ServicerContext) -> pb.ServiceStatus:

@@ -43,6 +43,11 @@ def check_open_request(request: pb.OpenJobRequest, limits: RequestLimits) -> Non
     _check_length("priority", request.priority, limits, "name_chars")
 
 
+def check_job_id(job_id: str, limits: RequestLimits) -> None:
+    """The job id a ListDecoders or GetManifest request names, before it is looked up or quoted."""
+    _check_length("job_id", job_id, limits, "name_chars")
+
+
 def _check_length(field: str, text: str, limits: RequestLimits, name: str) -> None:
     limit: int = getattr(limits, name)
     if len(text) > limit:
@@ -79,4 +84,4 @@ def _check_int(field: str, value: Any, limits: RequestLimits, name: str) -> None
         check_at_most(field, value, limits, name)
 
 
-__all__ = ["check_job_message", "check_open_request"]
+__all__ = ["check_job_id", "check_job_message", "check_open_request"]
