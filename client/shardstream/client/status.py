@@ -18,7 +18,7 @@ from shardstream.proto.errors import ShardstreamError, from_rpc_error
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("shardstream")  # the command's own logger, as its other lines
 
 
 def show_status(address: str, tls: TLS | None, as_json: bool = False, watch_s: float | None = None,
