@@ -132,11 +132,10 @@ class DecodeWorker:
         with self._lock:
             report, self._report = self._report, DirectReport(ReadCounters(), {})
         served = self._batch_server.take_served()
-        for job_id, sent in served.jobs.items():
-            job = report.served.setdefault(job_id, JobServed())
-            job.batches, job.samples, job.nbytes = sent.batches, sent.samples, sent.nbytes
-            job.positions, job.stalls = sent.positions, sent.stalls
-        report.queued, report.streaming, report.refusals = served.queued, served.streaming, served.refusals
+        for job_id, decoded in report.served.items():  # the time decoding took, beside what was sent
+            served.jobs.setdefault(job_id, JobServed()).busy_seconds += decoded.busy_seconds
+        report.served, report.queued = served.jobs, served.queued
+        report.streaming, report.refusals = served.streaming, served.refusals
         return report
 
     def drain(self) -> None:

@@ -13,10 +13,10 @@ Samples the node's prepared-sample cache holds are cropped and flipped from thei
 second native call with the same draws, and their rows are not read.
 
 The bytes are the loop's, sample for sample: samples neither call takes (another kind of image,
-damaged ones) are made by decode_batch as the loop makes them, into their rows. `native_batch` returns None, having done and counted nothing,
-where it does not apply, and decode_batch runs the loop; it also runs it when one of the samples
-left to it fails and is to be replaced (on_corrupt="skip"), and the cache is then offered that
-batch's samples twice.
+damaged ones) are made by decode_batch as the loop makes them, into their rows. `native_batch`
+returns None, having done and counted nothing, where it does not apply, and decode_batch runs the
+loop; it also runs it when one of the samples left to it fails and is to be replaced
+(on_corrupt="skip"), and the cache is then offered that batch's samples twice.
 """
 
 from __future__ import annotations
@@ -76,8 +76,9 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
     if shape is None or words is None:
         return None
     count = len(used)
-    missing = np.array([position for position in range(count) if position not in cached], dtype=np.int64) \
-        if cached else np.arange(count)
+    take = np.ones(count, bool)  # the samples the first call decodes: those the cache does not hold
+    take[list(cached)] = False
+    missing = np.flatnonzero(take)
     pieces = reader.pieces(used[missing]) if len(missing) else []
     views = _views(pieces, image)
     if views is None:
@@ -103,8 +104,6 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
         pointers[at], sizes[at] = view.pointers[piece.rows], view.sizes[piece.rows]
         for name in dtypes:
             frame.arrays[name][at] = view.numbers[name][piece.rows]
-    take = np.zeros(count, bool)
-    take[missing] = True
     keep = np.zeros(count, bool)
     if keeps_now is not None and len(missing):
         keep[missing] = keeps_now(len(missing))  # writes come after the call: one answer for all
@@ -145,15 +144,12 @@ def _fill_cached(frame: BatchFrame, cached: dict[int, dict[str, Any]], dtypes: d
 
 def _views(pieces: list[Piece], image: str) -> list[NativeView] | None:
     """The pieces' row-group views, when every one has them (row_group_views.py) with one schema; else None."""
-    views = [VIEWS.get(piece.table, image) for piece in pieces]
-    if not views:
-        return []
-    if not all(views):
+    views = [view for view in (VIEWS.get(piece.table, image) for piece in pieces) if view is not None]
+    if len(views) < len(pieces):
         return None
-    schema = views[0].schema  # type: ignore[union-attr]
-    if not all(view.schema is schema or view.schema.equals(schema) for view in views):  # type: ignore[union-attr]
+    if views and not all(view.schema is views[0].schema or view.schema.equals(views[0].schema) for view in views):
         return None
-    return views  # type: ignore[return-value]
+    return views
 
 
 __all__ = ["NativeBatch", "native_batch"]
