@@ -50,8 +50,7 @@ def measure(directory: Path, crop: int, samples: int = SAMPLES, passes: int = PA
 
     index = index_dataset((str(directory),))
     args = {"size": crop}
-    job = DecodeJob(job_id="glue", index=index, columns=("image", "label"), transform="image", transform_args=args,
-                    allowed_transform_modules=(), seed=0, on_corrupt="fail")
+    job = DecodeJob.alone("glue", index, columns=("image", "label"), transform="image", transform_args=args)
     transform = build_transform("image", args, ())
     if not isinstance(transform, ImageTransform) or transform.batch_shape() is None:
         raise RuntimeError("the native crop is not built here: the batch path does not apply")

@@ -42,7 +42,7 @@ from shardstream.proto import DECODERS_REFRESH_S, PROTOCOL_VERSION
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.v1 import loader_pb2_grpc as pb_grpc
 from shardstream.service.control.jobs import JobRegistry
-from shardstream.service.control.spec import JobSpec
+from shardstream.service.control.spec import read_spec
 from shardstream.service.node_messages import JobServed
 
 log = logging.getLogger(__name__)
@@ -104,7 +104,7 @@ def measure(address: str, serve_pid: int, dataset: str, ranks: int, seconds: flo
 
 def report_cost_us(dataset: str, ranks: int, repeats: int = 2000) -> float:
     """CPU microseconds to book one decode actor's report naming `ranks` ranks' positions."""
-    spec = JobSpec.from_proto(pb.JobSpec(dataset=[dataset], batch_size=4, world_size=max(ranks, 1),
+    spec = read_spec(pb.JobSpec(dataset=[dataset], batch_size=4, world_size=max(ranks, 1),
                                          transform=pb.TransformSpec(args_json="{}")))
     registry = JobRegistry(())
     job = registry.open("reports", spec, 0)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardstream.client import InvalidJobSpec, RemoteLoader
+from shardstream.client import InvalidJobSpec, OrderOptions, RemoteLoader
 from shardstream.service.plan import EpochPlan, SamplingSpec
 from tests.datasets import write_indexed
 from tests.stateful import END, check_resumes, loader_passes
@@ -45,6 +45,15 @@ def test_ranks_get_the_block_shuffled_plan_every_sample_once(service_address: st
     assert per_rank == [plan_batches(3, r, 4, 1) for r in range(3)]
     assert len({len(batches) for batches in per_rank}) == 1  # equal batch counts
     assert sorted(i for batches in per_rank for b in batches for i in b) == list(range(N))  # 96 = 3 x 32
+
+
+def test_the_order_group_joins_the_job_its_flat_keyword_opened(service_address: str, dataset: str) -> None:
+    with loader(service_address, dataset, 3, 0, 4, "blocks-grouped") as flat, \
+            RemoteLoader(service_address, dataset=dataset, batch_size=4, seed=5, world_size=3, rank=1,
+                         columns=["idx"], job_name="blocks-grouped", order=OrderOptions(shuffle_block=BLOCK)) as grouped:
+        assert grouped.job.job_id == flat.job.job_id  # one spec, however it was spelled
+        grouped.set_epoch(1)
+        assert [b["idx"].tolist() for b in grouped] == plan_batches(3, 1, 4, 1)
 
 
 def test_block_shuffle_resumes_at_any_point(service_address: str, dataset: str) -> None:

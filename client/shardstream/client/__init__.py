@@ -5,6 +5,12 @@ It never imports Ray; it needs grpcio, protobuf, numpy and torch.
 
 from shardstream.client.auth import Token
 from shardstream.client.loader import RemoteLoader
+from shardstream.client.loader_options import (
+    DeliveryOptions,
+    FormatOptions,
+    OrderOptions,
+    SecurityOptions,
+)
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tls import TLS
 from shardstream.proto.errors import (
@@ -46,14 +52,18 @@ __all__ = [
     "DatasetNotAllowed",
     "DatasetNotFound",
     "DeadlineExceeded",
+    "DeliveryOptions",
+    "FormatOptions",
     "InvalidJobSpec",
     "JobNotFound",
     "JobSpecConflict",
     "LoaderStats",
+    "OrderOptions",
     "PermissionDenied",
     "ProtocolMismatch",
     "RemoteLoader",
     "SchemaMismatch",
+    "SecurityOptions",
     "ServiceUnavailable",
     "ShardstreamError",
     "StorageAccessDenied",

@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from shardstream.proto.errors import DatasetChanged
 from shardstream.proto.v1 import loader_pb2 as pb
 
-# What must not change when a rank opens its job again (reconnecting, the service restarted).
-IDENTITY_FIELDS = ("job_id", "dataset_fingerprint", "num_samples", "batches_per_rank")
+# What must not change when a rank opens its job again (reconnecting, the service restarted). Not
+# the job id: it is the service's name for the job (the same name and spec), which a service of
+# another version may derive differently (a rolling upgrade), and the stream goes on under the new one.
+IDENTITY_FIELDS = ("dataset_fingerprint", "num_samples", "batches_per_rank")
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,8 @@ import json
 import logging
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 from shardstream.client.auth import Token
 from shardstream.client.channels import DecoderChannels
@@ -34,23 +34,23 @@ from shardstream.client.connection import CHANNEL_OPTIONS, NoProgress, ServiceCo
 from shardstream.client.decoder_stream import FetchTarget
 from shardstream.client.distributed import default_job_name, resolve_rank_world
 from shardstream.client.fetcher import DirectPrefetcher, ListingClock
-from shardstream.client.job_spec import job_spec
 from shardstream.client.job_view import JobView
+from shardstream.client.loader_options import LoaderSettings, docstring, signature, split
 from shardstream.client.profiling import NamedWaits
 from shardstream.client.receive_buffers import ReceiveBuffers
 from shardstream.client.stall import LoopWaits
-from shardstream.client.state import LoaderState, spec_fingerprint
+from shardstream.client.state import LoaderState
 from shardstream.client.stats import LoaderStats
 from shardstream.client.tensors import Batch, batch_to_tensors, pin_available
 from shardstream.client.tls import TLS
 from shardstream.proto import PROTOCOL_VERSION
 from shardstream.proto.errors import (
-    InvalidJobSpec,
     JobNotFound,
     ServiceUnavailable,
     ShardstreamError,
     StreamProtocolError,
 )
+from shardstream.proto.job_options import JobOptions, fingerprint
 from shardstream.proto.v1 import loader_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -62,163 +62,43 @@ _LOADERS_CREATED = itertools.count()  # this process's loaders, in creation orde
 
 
 class RemoteLoader:
-    """An iterable of batches (Batch) streamed from a shardstream service.
-
-    Args:
-        address: ``host:port`` of the service.
-        dataset: a directory, glob or file URL (any fsspec URL), or a list of them.
-        batch_size, shuffle, seed, drop_last: as for DataLoader + DistributedSampler.
-        shuffle_block: None (default): DistributedSampler's exact order. A number of samples:
-            the block-shuffle order mode for datasets larger than the decoders' cache: row groups
-            in a random order, then each run of this many samples shuffled among themselves
-            (docs/order-modes.md). Deterministic from (seed, epoch), equal batches on every
-            rank, resumable, but not DistributedSampler's order.
-        transform: a built-in transform name (``"image"``) or ``"module:factory"``.
-        transform_args: keyword arguments for the transform.
-        columns: the columns to load (default: all).
-        rank, world_size: default to torch.distributed, else RANK/WORLD_SIZE, else 0/1.
-        pin_memory: ``"auto"`` pins when CUDA is available; ``False`` never pins.
-        prefetch: batches fetched ahead of the training loop (and decoded ahead on the decoders),
-            counting the batch the loop is working on.
-        prefetch_bytes: the most bytes of batches received or in flight and not yet consumed by
-            the loop (the memory prefetching may use; a step in flight counts as the largest batch
-            so far); None: 512 MiB. Lowered to the service's job_max_in_flight_bytes / world size
-            when it sets one (``window_bytes``). A batch larger than the room its request had is
-            asked for again once there is that much room; one larger than the window is an
-            InvalidJobSpec.
-        on_corrupt: ``"fail"`` (default) or ``"skip"`` (replace deterministically, count).
-        job_name: ranks of one job share it. Default: the run (SHARDSTREAM_JOB_NAME, else torchrun's
-            run id), this loader's place among the process's loaders, and the world size, so a
-            script's train and validation loaders are two jobs without naming them.
-        timeout: seconds any single wait (a batch, the job opening) may take before
-            DeadlineExceeded.
-        connect_timeout: seconds to wait for the service to become reachable.
-        reconnect_timeout: seconds to keep reconnecting after the link to the service breaks
-            mid-epoch (default: `timeout`); the stream resumes at the next batch.
-        format: how to find sample i in the dataset's files (README, "Dataset formats"): None
-            picks Parquet, or WebDataset when every entry ends in ``.tar``; ``"parquet"``,
-            ``"tokens"``, ``"webdataset"``, ``"imagefolder"``, ``"manifest"``.
-        format_args: the format's options; ``seq_len``, ``dtype`` (tokens) and ``url_column``
-            (manifest) may be given as keyword arguments instead.
-        collate: how samples become a batch: None stacks them (numbers and same-shape arrays to
-            ``[B, ...]`` tensors, strings to ``list[str]``); ``"pad"`` also pads variable-length
-            values (list columns, lists or 1-D arrays from a transform) to the batch's longest with
-            ``pad_value`` and adds ``<key>_lengths`` (int64 [B]); ``"package.module:function"``
-            is a user collate on the service (allowed like transforms).
-        pad_value: what ``collate="pad"`` fills with.
-        weights: a column of per-sample weights (>= 0): each epoch draws N samples with
-            replacement, as ``WeightedRandomSampler(weights, N, generator=seeded(seed + epoch))``,
-            split across ranks as DistributedSampler splits its permutation (padding by wrapping,
-            ``rank::world_size``, drop_last as usual). ``shuffle`` has no effect with it.
-        bucket_by: a column giving each sample's length (a list column's lengths, or numbers): each
-            rank's samples of an epoch are grouped into batches of similar length, `bucket_window`
-            batches at a time, the batches of a window in a random order (from seed, epoch, rank).
-            The samples a rank sees stay exactly DistributedSampler's; less padding with
-            ``collate="pad"`` (docs/order-modes.md).
-        bucket_window: batches per bucketing window.
-        nulls: what a null in a column delivered without a transform becomes (docs/formats.md,
-            "Values and dtypes"). None or ``"refuse"`` (default): a column of integers, bools,
-            timestamps, strings or lists that holds a null is refused when the job opens
-            (InvalidJobSpec naming file, column and row); floats' nulls arrive as NaN, as
-            pyarrow's ``to_numpy`` gives them. ``"mask"``: every column is delivered, a null as
-            0, False, ``""`` or an empty list, with a bool ``<column>_mask`` tensor [B] that is
-            True where the row holds a value; values are never converted to float.
-        tls: ``TLS(...)`` when the service's port speaks TLS; None (the default) takes it from
-            SHARDSTREAM_CLIENT_TLS_* variables if any is set (``TLS.from_env``), else plaintext.
-        shared_memory: let decoders on this host write batches into shared memory (/dev/shm)
-            instead of sending them through a socket (docs/data-plane.md); ``False``: always the
-            network path.
-        bulk_socket: take batch bytes from decoders on other hosts on a plain socket (TLS when
-            the service speaks it) beside each gRPC stream, which is cheaper to receive than a
-            gRPC message (docs/data-plane.md); ``False``: bytes come on the gRPC stream.
-        priority: the job's priority class on a shared service (one of its ``priority_classes``):
-            each decoder shares its time between the jobs waiting on it by their classes' weights,
-            whatever their rank counts. None: ``default``. Every rank names the same class.
-        token, token_file: for a service that asks for tokens (its auth_tokens_file,
-            docs/identities.md): the token, or a file holding it, read again at each call that
-            sends it (a rotated Secret is picked up). None: ``SHARDSTREAM_TOKEN``, else the file
-            ``SHARDSTREAM_TOKEN_FILE`` names, else no token. Sent to the service and every
-            decoder as ``authorization: Bearer <token>``; use TLS where the network is not trusted.
-    """
-
-    def __init__(
-        self,
-        address: str,
-        dataset: str | Sequence[str],
-        batch_size: int,
-        shuffle: bool = True,
-        seed: int = 0,
-        drop_last: bool = False,
-        transform: str | None = None,
-        transform_args: Mapping[str, Any] | None = None,
-        columns: Sequence[str] | None = None,
-        rank: int | None = None,
-        world_size: int | None = None,
-        pin_memory: bool | Literal["auto"] = "auto",
-        prefetch: int = 4,
-        prefetch_bytes: int | None = None,
-        on_corrupt: Literal["fail", "skip"] = "fail",
-        job_name: str | None = None,
-        timeout: float = 300.0,
-        connect_timeout: float = 30.0,
-        reconnect_timeout: float | None = None,
-        tls: TLS | None = None,
-        shared_memory: bool = True,
-        bulk_socket: bool = True,
-        shuffle_block: int | None = None,
-        format: str | None = None,
-        format_args: Mapping[str, Any] | None = None,
-        seq_len: int | None = None,
-        dtype: str | None = None,
-        url_column: str | None = None,
-        collate: str | None = None,
-        pad_value: float = 0,
-        weights: str | None = None,
-        bucket_by: str | None = None,
-        bucket_window: int = 64,
-        nulls: Literal["refuse", "mask"] | None = None,
-        priority: str | None = None,
-        token: str | None = None,
-        token_file: str | None = None,
-    ) -> None:
-        if prefetch < 1:
-            raise InvalidJobSpec(f"prefetch must be >= 1, got {prefetch}")
-        if prefetch_bytes is not None and prefetch_bytes < 1:
-            raise InvalidJobSpec(f"prefetch_bytes must be >= 1, got {prefetch_bytes}")
+    def __init__(self, address: str, dataset: str | Sequence[str], batch_size: int, *,
+                 order: Any = None, format_options: Any = None, delivery: Any = None, security: Any = None,
+                 **options: Any) -> None:
+        job_options, loader_settings = split(
+            {"order": order, "format_options": format_options, "delivery": delivery, "security": security}, options)
+        settings = LoaderSettings(**loader_settings)
         self.address = address
-        self.rank, self.world_size = resolve_rank_world(rank, world_size)
-        self.prefetch = prefetch
-        self.prefetch_bytes = prefetch_bytes or 0
-        self.priority = priority or ""
-        self.timeout = timeout
-        self.pin_memory = self._resolve_pin(pin_memory)
-        self.shared_memory = shared_memory
-        self.bulk_socket = bulk_socket
+        self.rank, self.world_size = resolve_rank_world(settings.rank, job_options.pop("world_size", None))
+        self.options = JobOptions.given(dataset=dataset, batch_size=batch_size, world_size=self.world_size,
+                                        **job_options)
+        self.spec = self.options.to_proto()
+        self.prefetch = settings.prefetch
+        self.prefetch_bytes = settings.prefetch_bytes or 0
+        self.priority = settings.priority or ""
+        self.timeout = timeout = settings.timeout
+        self.pin_memory = self._resolve_pin(settings.pin_memory)
+        self.shared_memory = settings.shared_memory
+        self.bulk_socket = settings.bulk_socket
         self.epoch: int | None = None  # the epoch of the current or last iteration
         self._next_epoch: int | None = None
         self.samples_replaced = 0  # corrupt samples replaced under on_corrupt="skip", all epochs
         self.stats = LoaderStats()  # batches, samples, bytes delivered; time the loop waited
         self._waits = LoopWaits(self.stats)  # time in next(): stats.wait_seconds and the stall sent with wants
-        self.spec = job_spec(
-            dataset, batch_size=batch_size, shuffle=shuffle, seed=seed, drop_last=drop_last,
-            world_size=self.world_size, shuffle_block=shuffle_block, transform=transform,
-            transform_args=transform_args, columns=columns, on_corrupt=on_corrupt, format=format,
-            format_args=format_args, seq_len=seq_len, dtype=dtype, url_column=url_column, collate=collate,
-            pad_value=pad_value, weights=weights, bucket_by=bucket_by, bucket_window=bucket_window,
-            nulls=nulls)
-        self.job_name = (job_name if job_name is not None
+        self.job_name = (settings.job_name if settings.job_name is not None
                          else default_job_name(next(_LOADERS_CREATED), self.world_size))
-        self.reconnect_timeout = timeout if reconnect_timeout is None else reconnect_timeout
+        self.reconnect_timeout = timeout if settings.reconnect_timeout is None else settings.reconnect_timeout
         self._steps_done = 0  # batches of the current epoch handed to the loop
         self._resume: tuple[int, int] | None = None  # (epoch, step) from load_state_dict
         self._manifest: dict[str, Any] | None = None
-        credentials = Token.resolve(token, token_file)
-        self._connection = ServiceConnection(address, connect_timeout, tls or TLS.from_env(), credentials)
+        credentials = Token.resolve(settings.token, settings.token_file)
+        self._connection = ServiceConnection(address, settings.connect_timeout, settings.tls or TLS.from_env(),
+                                             credentials)
         decoder_tls = self._connection.tls.for_decoders(address) if self._connection.tls else None
         self._decoder_channels = DecoderChannels(decoder_tls, CHANNEL_OPTIONS, credentials)  # the direct data plane's
         # What bulk sockets receive batches into, for every decoder and epoch: the window's batches,
         # and the one a training loop's variable holds while it asks for the next.
-        self._receive_buffers = ReceiveBuffers(keep=prefetch + 1)
+        self._receive_buffers = ReceiveBuffers(keep=self.prefetch + 1)
         try:
             self.job: JobView = self._connection.join(self._open_request(), self.timeout)
             self._listing = ListingClock()  # when the job's decoders were last asked for
@@ -233,7 +113,7 @@ class RemoteLoader:
                                  rank=self.rank, priority=self.priority)
 
     @staticmethod
-    def _resolve_pin(pin_memory: bool | Literal["auto"]) -> bool:
+    def _resolve_pin(pin_memory: bool | str) -> bool:
         if pin_memory == "auto":
             return pin_available()
         if pin_memory and not pin_available():
@@ -393,7 +273,7 @@ class RemoteLoader:
             epoch, step = self.epoch, self._steps_done
         global_batch = self.world_size * self.spec.batch_size
         return LoaderState(epoch=epoch, global_cursor=step * global_batch, seed=self.spec.seed,
-                           spec_fingerprint=spec_fingerprint(self.spec), global_batch_size=global_batch,
+                           spec_fingerprint=fingerprint(self.spec), global_batch_size=global_batch,
                            dataset_fingerprint=self.job.dataset_fingerprint, manifest=self.manifest()).to_dict()
 
     def manifest(self) -> dict[str, Any]:
@@ -436,6 +316,14 @@ class RemoteLoader:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+RemoteLoader.__doc__ = docstring(
+    "An iterable of batches (Batch) streamed from a shardstream service.\n\n"
+    "DataLoader's keywords are flat; the other options come in four groups (OrderOptions, FormatOptions,\n"
+    "DeliveryOptions, SecurityOptions), and each of them is also taken as a flat keyword. Every option\n"
+    "is declared once: the job's in shardstream.proto.job_options, the loader's in client/loader_options.py.")
+RemoteLoader.__init__.__signature__ = signature()  # type: ignore[attr-defined]
 
 
 __all__ = ["RemoteLoader"]

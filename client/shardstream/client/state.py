@@ -10,27 +10,18 @@ the epoch's order either way (see docs/reliability.md).
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from shardstream.client import manifest_diff
 from shardstream.proto.errors import CheckpointMismatch
+from shardstream.proto.job_options import fingerprint
 from shardstream.proto.v1 import loader_pb2 as pb
 
 log = logging.getLogger(__name__)
 
 STATE_VERSION = 1
-
-
-def spec_fingerprint(spec: pb.JobSpec) -> str:
-    """The spec without world size and batch size: what must match to resume."""
-    shape_free = pb.JobSpec()
-    shape_free.CopyFrom(spec)
-    shape_free.world_size = 0
-    shape_free.batch_size = 0
-    return hashlib.sha256(shape_free.SerializeToString(deterministic=True)).hexdigest()[:16]
 
 
 @dataclass(frozen=True)
@@ -72,7 +63,7 @@ class LoaderState:
 
     def resume_step(self, spec: pb.JobSpec, dataset_fingerprint: str) -> int:
         """The step this loader resumes at, or a clear error if it cannot resume this state."""
-        if spec_fingerprint(spec) != self.spec_fingerprint:
+        if fingerprint(spec) != self.spec_fingerprint:  # the job's one fingerprint (job_options.py)
             raise CheckpointMismatch(
                 "the checkpoint was taken with a different job spec (dataset, shuffle, seed, drop_last, "
                 "transform or columns differ): resume with the spec it was saved with")
@@ -89,4 +80,4 @@ class LoaderState:
         return self.global_cursor // global_batch
 
 
-__all__ = ["STATE_VERSION", "LoaderState", "spec_fingerprint"]
+__all__ = ["STATE_VERSION", "LoaderState"]

@@ -12,7 +12,9 @@
 # 4: one job per control call. OpenJob opens or joins only; a rank learns its decoders and window
 # from ListDecoders and the manifest from GetManifest. A client of version 3 would find no decoder
 # in OpenJob's answer.
-PROTOCOL_VERSION = 4
+# 5: a service refuses a JobSpec field it does not know (ProtocolMismatch), so a job option added
+# later is refused by an older service instead of ignored; a service of version 4 would ignore one.
+PROTOCOL_VERSION = 5
 SERVICE_NAME = "shardstream.v1.Loader"
 # Each decode actor's own port (docs/data-plane.md). FetchBatches is served and
 # called with hand-framed Batch bytes (see wire.py), so both sides name the

@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from shardstream.proto.job_options import JobOptions
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.plan import SamplingSpec
 
@@ -27,20 +28,22 @@ class DecodeJob:
 
     job_id: str
     index: DatasetIndex
-    columns: tuple[str, ...]
-    transform: str
-    transform_args: dict[str, Any]
-    allowed_transform_modules: tuple[str, ...]
-    seed: int
-    on_corrupt: str  # "fail" | "skip"
+    spec: JobOptions  # the job's options, whole: an option the node needs is there as it is declared
+    allowed_transform_modules: tuple[str, ...] = ()
     sampling: SamplingSpec | None = None  # for decoders that plan steps themselves (batch_server.py)
-    collate: str = ""  # "", "pad" or "module:function" (transforms/collate.py)
-    pad_value: float = 0.0
     weight: float = 1.0  # its share of each decode actor's time (its priority class; fair_queue.py)
     owner: str = ""  # the identity that opened it: only that identity's streams get its batches
     max_cache_bytes: int | None = None  # prepared samples it may keep from each actor (prepared_cache.py)
-    nulls: str = ""  # "mask": plain columns deliver nulls with <column>_mask (transforms/columns.py)
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES  # one batch as it is built (batch_bytes.py)
+
+    @classmethod
+    def alone(cls, job_id: str, index: DatasetIndex, *, allowed_transform_modules: tuple[str, ...] = (),
+              max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, **options: Any) -> DecodeJob:
+        """A job decoded in this process alone (`shardstream validate`, benchmarks, tests): `options`
+        as JobOptions takes them, its dataset the index's files."""
+        dataset = tuple(shard.url for shard in index.shards) or ("-",)
+        spec = JobOptions(dataset=dataset, batch_size=1, **options)
+        return cls(job_id, index, spec, allowed_transform_modules, max_batch_bytes=max_batch_bytes)
 
 
 @dataclass(frozen=True)

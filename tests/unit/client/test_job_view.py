@@ -39,3 +39,11 @@ def test_a_job_opened_again_must_be_the_same_job() -> None:
     reopened.num_samples = 13  # the dataset grew under the running job
     with pytest.raises(DatasetChanged, match="the job's num_samples is 13 instead of 12"):
         known.check_same(JobView.of(reopened, pb.ListDecodersResponse()))
+
+
+def test_a_job_id_derived_anew_by_an_upgraded_service_is_the_same_job() -> None:
+    known = JobView.of(OPENED, pb.ListDecodersResponse())
+    renamed = pb.OpenJobResponse()
+    renamed.CopyFrom(OPENED)
+    renamed.job_id = "j2"  # the same name and spec, under a service that names jobs another way
+    known.check_same(JobView.of(renamed, pb.ListDecodersResponse()))

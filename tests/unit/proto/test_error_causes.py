@@ -29,11 +29,11 @@ from shardstream.proto.errors import (
     UnreadableShard,
     from_rpc_error,
 )
+from shardstream.proto.job_options import JobOptions
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.proto.wire import Allocate, FrameHeader
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.jobs import JobRegistry
-from shardstream.service.control.spec import JobSpec
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.batch_server import BatchServer
 from shardstream.service.node.batching import DecodedBatch, decode_batch
@@ -92,7 +92,7 @@ def test_a_batch_larger_than_the_window_is_batch_exceeds_window() -> None:
 def test_a_store_refusing_the_service_is_storage_access_denied() -> None:
     fsspec.register_implementation(DeniedFileSystem.protocol, DeniedFileSystem, clobber=True)
     registry = JobRegistry((), DatasetAccess((), protocols=(DeniedFileSystem.protocol,)))
-    spec = JobSpec(dataset=("denied:///data",), batch_size=2, shuffle=False, seed=0, drop_last=False, world_size=1)
+    spec = JobOptions(dataset=("denied:///data",), batch_size=2, shuffle=False, seed=0, drop_last=False, world_size=1)
     error = _raised(StorageAccessDenied, UnreadableShard, registry.open, "denied", spec, 0)
     assert "may not read dataset" in str(error)
 
@@ -101,8 +101,7 @@ def test_a_store_refusing_the_service_is_storage_access_denied() -> None:
 def batch_server(data: str) -> Iterator[BatchServer]:
     """A decode actor's batch server on a free port, decoding this module's dataset with a batch
     bound of 64 bytes (its max_message_bytes)."""
-    job = DecodeJob(job_id="j", index=index_dataset((data,)), columns=(), transform="", transform_args={},
-                    allowed_transform_modules=(), seed=0, on_corrupt="fail", max_batch_bytes=64)
+    job = DecodeJob.alone("j", index_dataset((data,)), max_batch_bytes=64)
     reader = memory_reader(job.index)
 
     class Steps:

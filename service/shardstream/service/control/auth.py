@@ -31,8 +31,8 @@ from shardstream.proto.errors import (
     TransformNotAllowed,
     Unauthenticated,
 )
+from shardstream.proto.job_options import JobOptions
 from shardstream.service.control.access import DatasetAccess
-from shardstream.service.control.spec import JobSpec
 from shardstream.service.identities import (
     Identity,
     IdentityFile,
@@ -75,7 +75,7 @@ class Gate:
             context.abort(exc.code, str(exc))
             raise AssertionError("context.abort returned") from None  # it always raises
 
-    def check_open(self, identity: Identity, spec: JobSpec, priority: str, peer: str = "") -> None:
+    def check_open(self, identity: Identity, spec: JobOptions, priority: str, peer: str = "") -> None:
         """Refuse (PERMISSION_DENIED, naming the identity) a job spec that uses what `identity` is not
         granted: a priority class, a user transform or collate module, a dataset entry. The files an
         entry resolves to are checked as they are listed (`dataset_check`)."""

@@ -31,12 +31,12 @@ from shardstream.proto.errors import (
     ShardstreamError,
     TooManyJobs,
 )
+from shardstream.proto.job_options import JobOptions
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.open_errors import opening_error
 from shardstream.service.control.per_sample import read_lengths, read_weights
 from shardstream.service.control.rate import RateMeter
 from shardstream.service.control.reproducibility import job_manifest
-from shardstream.service.control.spec import JobSpec
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.limits import DEFAULT_MAX_JOBS
@@ -75,7 +75,7 @@ class RankProgress:
 class Job:
     job_id: str
     name: str
-    spec: JobSpec
+    spec: JobOptions
     index: DatasetIndex
     sampling: SamplingSpec
     decode: DecodeJob
@@ -175,7 +175,7 @@ class JobRegistry:
         self._opening: dict[tuple[str, str], list[Any]] = {}  # (owner, name) -> [its lock, holders]
         self._lock = threading.Lock()
 
-    def find(self, name: str, spec: JobSpec, rank: int, priority: str = "", owner: str = "") -> Job | None:
+    def find(self, name: str, spec: JobOptions, rank: int, priority: str = "", owner: str = "") -> Job | None:
         """The open job this rank joins, or None when it must be opened (which reads storage).
         Every rank but the first joins, and joins again when it reconnects: this is that path.
         `owner`: the caller's identity; only its own jobs are found."""
@@ -185,23 +185,23 @@ class JobRegistry:
         if priority not in self.priority_weights:
             raise InvalidJobSpec(f"priority class {priority!r} is not one of this service's: "
                                  f"{', '.join(sorted(self.priority_weights))} (its priority_classes setting)")
-        existing = self._by_name.get((owner, name or spec.fingerprint))
+        existing = self._by_name.get((owner, name or spec.identity))
         if existing is not None and existing.spec != spec:
-            raise JobSpecConflict(f"rank {rank}'s spec differs from job {name or spec.fingerprint!r}: "
+            raise JobSpecConflict(f"rank {rank}'s spec differs from job {name or spec.identity!r}: "
                                   + "; ".join(spec.differences(existing.spec)))
         if existing is not None and existing.priority != priority:
             raise JobSpecConflict(f"rank {rank} asks for priority class {priority!r}, but job "
                                   f"{existing.name!r} is in {existing.priority!r}: give every rank the same class")
         return existing
 
-    def open(self, name: str, spec: JobSpec, rank: int, priority: str = "", owner: str = "",
+    def open(self, name: str, spec: JobOptions, rank: int, priority: str = "", owner: str = "",
              allow: Callable[[str], None] | None = None) -> Job:
         """Open the job (or join it, when another rank just did). `owner`: the caller's identity;
         `allow`: its own check of each dataset URL, before the service's (allowed_dataset_prefixes)."""
         existing = self.find(name, spec, rank, priority, owner)
         if existing is not None:
             return existing
-        name = name or spec.fingerprint
+        name = name or spec.identity
         with self._lock:  # [the lock, how many callers hold it]
             opening = self._opening.setdefault((owner, name), [threading.Lock(), 0])
             opening[1] += 1
@@ -237,11 +237,11 @@ class JobRegistry:
             raise TooManyJobs(f"not opening job {name[:100]!r}: this service holds {held} jobs, its max_jobs "
                               "setting; jobs with no open stream are forgotten after job_idle_ttl_s")
 
-    def _create(self, name: str, spec: JobSpec, priority: str, owner: str = "",
+    def _create(self, name: str, spec: JobOptions, priority: str, owner: str = "",
                 allow: Callable[[str], None] | None = None) -> Job:
         check = self.access.check if allow is None else functools.partial(_both, allow, self.access.check)
         try:
-            transform = build_transform(spec.transform, spec.transform_kwargs, self.allowed_transform_modules)
+            transform = build_transform(spec.transform, dict(spec.transform_args), self.allowed_transform_modules)
         except ShardstreamError:
             raise
         except Exception as exc:  # a user factory's own error: the spec's, not the service's
@@ -252,12 +252,12 @@ class JobRegistry:
             if planned and columns and planned not in columns:
                 columns = (*columns, planned)
         index = index_dataset(spec.dataset, columns, allow=check, format=spec.format,
-                              format_args=job_format_args(spec.format, spec.format_args, spec.transform_kwargs))
+                              format_args=job_format_args(spec.format, spec.format_args, dict(spec.transform_args)))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         selected = [f for f in index.schema if not spec.columns or f.name in spec.columns]  # not the plan's
         check_job_schema(pa.schema(selected), transform, spec.collate, index, spec.nulls)
         # Stable across restarts; an owner's jobs are its own (the same name under another is another job).
-        key = f"{owner}\0{name}\0{spec.fingerprint}" if owner else f"{name}\0{spec.fingerprint}"
+        key = f"{owner}\0{name}\0{spec.identity}" if owner else f"{name}\0{spec.identity}"
         job_id = hashlib.sha256(key.encode()).hexdigest()[:16]
         sampling = SamplingSpec(index.num_rows, spec.world_size, spec.batch_size, spec.shuffle,
                                 spec.seed, spec.drop_last, spec.shuffle_block,
@@ -265,13 +265,10 @@ class JobRegistry:
                                 read_weights(index, spec.weights).astype("<f8").tobytes() if spec.weights else b"",
                                 read_lengths(index, spec.bucket_by).astype("<i8").tobytes() if spec.bucket_by else b"",
                                 spec.bucket_window)
-        decode = DecodeJob(job_id=job_id, index=index, columns=spec.columns, transform=spec.transform,
-                           transform_args=spec.transform_kwargs,
-                           allowed_transform_modules=self.allowed_transform_modules,
-                           seed=spec.seed, on_corrupt=spec.on_corrupt, sampling=sampling,
-                           collate=spec.collate, pad_value=spec.pad_value,
+        decode = DecodeJob(job_id=job_id, index=index, spec=spec,
+                           allowed_transform_modules=self.allowed_transform_modules, sampling=sampling,
                            weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes,
-                           owner=owner, nulls=spec.nulls, max_batch_bytes=self.max_batch_bytes)
+                           owner=owner, max_batch_bytes=self.max_batch_bytes)
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
                    manifest=job_manifest(spec, index), priority=priority, owner=owner)
 

@@ -26,7 +26,7 @@ import json
 import platform
 from typing import Any
 
-from shardstream.service.control.spec import JobSpec
+from shardstream.proto.job_options import JobOptions
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.transforms import jpeg_crop
 
@@ -36,26 +36,20 @@ PACKAGES = {"shardstream": "shardstream", "torch": "torch", "pyarrow": "pyarrow"
             "simplejpeg": "simplejpeg"}
 
 
-def job_manifest(spec: JobSpec, index: DatasetIndex) -> dict[str, Any]:
+def job_manifest(spec: JobOptions, index: DatasetIndex) -> dict[str, Any]:
     shards = [{"url": s.url, "size": s.size, "version": s.version, "samples": s.num_rows} for s in index.shards]
     pipeline: dict[str, Any] = {
-        "transform": spec.transform, "transform_args": json.loads(spec.transform_args),
-        "columns": list(spec.columns), "collate": spec.collate, "pad_value": spec.pad_value,
-        "on_corrupt": spec.on_corrupt,
+        **spec.recorded("pipeline"),  # an option recorded only when set keeps older jobs' hashes
         "code": {name: code_identity(name) for name in (spec.transform, spec.collate) if ":" in name},
     }
-    if spec.nulls:  # only when set: the pipeline hash of jobs without it stays as it was
-        pipeline["nulls"] = spec.nulls
     pipeline["hash"] = hashlib.sha256(json.dumps(pipeline, sort_keys=True).encode()).hexdigest()[:16]
     return {
         "version": MANIFEST_VERSION,
         "dataset": {"entries": list(spec.dataset), "format": index.format,
-                    "format_args": json.loads(spec.format_args), "fingerprint": index.fingerprint,
+                    "format_args": dict(spec.format_args), "fingerprint": index.fingerprint,
                     "samples": index.num_rows, "shard_count": len(shards), "shards": shards[:MAX_SHARDS]},
         "pipeline": pipeline,
-        "order": {"world_size": spec.world_size, "batch_size": spec.batch_size, "shuffle": spec.shuffle,
-                  "seed": spec.seed, "drop_last": spec.drop_last, "shuffle_block": spec.shuffle_block,
-                  "weights": spec.weights, "bucket_by": spec.bucket_by, "bucket_window": spec.bucket_window},
+        "order": spec.recorded("order"),
         "service": {**{name: _version(dist) for name, dist in PACKAGES.items()}, "python": platform.python_version(),
                     "native_jpeg_crop": jpeg_crop.libjpeg_version() if jpeg_crop.available() else None},
     }

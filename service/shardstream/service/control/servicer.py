@@ -35,7 +35,7 @@ from shardstream.service.control.decode_scaling import DecodeScaling
 from shardstream.service.control.jobs import Job, JobRegistry, RankProgress
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
-from shardstream.service.control.spec import JobSpec
+from shardstream.service.control.spec import read_spec
 from shardstream.service.control.spec_limits import check_job_id, check_open_request
 from shardstream.service.node_messages import CacheSizing, ReadCounters
 from shardstream.service.shares import job_decoders, rank_window
@@ -117,7 +117,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
         _check_version(request.protocol_version)
         limits = self.config.request_limits
         check_open_request(request, limits)
-        spec = JobSpec.from_proto(request.spec, limits)
+        spec = read_spec(request.spec, limits)
         identity, owner, allow = caller(), "", None
         if identity is not None and self.gate is not None:  # its grants, checked before anything is read
             self.gate.check_open(identity, spec, request.priority, context.peer())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from shardstream.proto.job_options import DECLARED, proto_field
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.limits import RequestLimits, beyond, check_at_most, json_depth
 
@@ -18,23 +19,29 @@ _SHOWN = 60  # characters of an over-long string quoted in the refusal
 
 
 def check_job_message(msg: pb.JobSpec, limits: RequestLimits) -> None:
-    """InvalidJobSpec naming the first field of `msg` past a limit."""
-    check_at_most("world_size", msg.world_size, limits, "world_size")
-    check_at_most("batch_size", msg.batch_size, limits, "batch_size")
-    check_at_most("shuffle_block", msg.shuffle_block, limits, "shuffle_block")
-    check_at_most("bucket_window", msg.bucket_window, limits, "bucket_window")
-    check_at_most("the number of dataset entries", len(msg.dataset), limits, "dataset_entries")
-    for url in msg.dataset:
-        _check_length("dataset URL", url, limits, "url_chars")
-    check_at_most("the number of columns", len(msg.columns), limits, "columns")
-    for column in msg.columns:
-        _check_length("column name", column, limits, "name_chars")
-    for field, text in (("transform", msg.transform.name), ("format", msg.format), ("collate", msg.collate),
-                        ("weights", msg.weights), ("bucket_by", msg.bucket_by)):
-        _check_length(field, text, limits, "name_chars")
-    transform_args = _bounded_json("transform_args", msg.transform.args_json, limits)
-    format_args = _bounded_json("format_args", msg.format_args_json, limits)
-    _check_sample_size(msg.transform.name, transform_args, format_args, limits)
+    """InvalidJobSpec naming the first field of `msg` past a limit: each option's limits, as its
+    declaration names them (shardstream.proto.job_options)."""
+    parsed: dict[str, Any] = {}
+    for name, declared in DECLARED.items():
+        if not declared.limits:
+            continue
+        value = proto_field(msg, declared.proto)
+        if isinstance(value, str) and declared.limits == ("args_bytes",):
+            parsed[name] = _bounded_json(name, value, limits)
+        elif isinstance(value, str):
+            _check_length(name, value, limits, declared.limits[0])
+        elif isinstance(value, int):
+            check_at_most(name, value, limits, declared.limits[0])
+        else:  # a list of strings: its length, then each one's
+            count, each = declared.limits
+            check_at_most(f"the number of {_PLURAL.get(name, name)}", len(value), limits, count)
+            for item in value:
+                _check_length(_ITEM.get(name, name), item, limits, each)
+    _check_sample_size(msg.transform.name, parsed.get("transform_args"), parsed.get("format_args"), limits)
+
+
+_PLURAL = {"dataset": "dataset entries"}
+_ITEM = {"dataset": "dataset URL", "columns": "column name"}
 
 
 def check_open_request(request: pb.OpenJobRequest, limits: RequestLimits) -> None:

@@ -128,7 +128,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     filler = FrameFiller(header, used, allocate, samples) if frames_ahead else None  # type: ignore[arg-type]
     replaced = 0
     built = 0  # bytes of the samples so far
-    rngs = sample_rngs(job.seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
+    rngs = sample_rngs(job.spec.seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
     augment_into = getattr(transform, "augment_into", None) if filler is not None and augment is not None else None
     with _sending_home(prepared_samples):
         for position in range(len(used)):
@@ -143,7 +143,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 if augment is not None and not augmented:
                     sample = augment(sample, rngs[position])
             except Exception as exc:
-                if job.on_corrupt != "skip":
+                if job.spec.on_corrupt != "skip":
                     raise _corrupt(job, index, exc) from None
                 index, sample = _replacement(job, reader, transform, epoch, index)
                 used[position] = index
@@ -158,7 +158,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
             check_batch_bytes(built, job.max_batch_bytes, position + 1, len(used),
                               lambda: f"samples {_first_and_last(job, used)}")
     if own_collate is not None:
-        return DecodedBatch(arrays=to_wire(own_collate(samples), f"{job.transform}.collate"), indices=used,
+        return DecodedBatch(arrays=to_wire(own_collate(samples), f"{job.spec.transform}.collate"), indices=used,
                             replaced=replaced)
     filled = filler.filled() if filler is not None else None
     if filled is not None:
@@ -194,7 +194,7 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
     made here as the loop below makes them; None where that path does not apply, or a sample left
     fails and is to be replaced (the loop replaces it)."""
     assert header is not None
-    batch = native_batch(transform, transform.column, job.seed, epoch, reader, used, header, allocate, prepared,
+    batch = native_batch(transform, transform.column, job.spec.seed, epoch, reader, used, header, allocate, prepared,
                          prepared_samples.keeps_now if prepared_samples is not None else None, job.max_batch_bytes)
     if batch is None:
         return None
@@ -209,9 +209,9 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
                 sample, augmented = made_sample(transform, row, index, prepared_samples, None, None, None,
                                                 batch.keeps.get(position))
             if not augmented:
-                sample = augment_sample(transform, sample, job.seed, epoch, index)
+                sample = augment_sample(transform, sample, job.spec.seed, epoch, index)
         except Exception as exc:
-            if job.on_corrupt != "skip":
+            if job.spec.on_corrupt != "skip":
                 raise _corrupt(job, index, exc) from None
             return None
         if not batch.fill(position, sample):
@@ -239,7 +239,7 @@ def _gather_columns(job: DecodeJob, pieces: list[Piece], indices: np.ndarray, he
                     allocate: Allocate, collation: Collation) -> DecodedBatch:
     """No transform: the columns gathered into batch arrays (into the message of `header` when
     every column's size is known ahead)."""
-    masks = job.nulls == MASK
+    masks = job.spec.nulls == MASK
     variable = variable_columns(pieces[0].table.schema) if pieces else []
     if variable:  # strings, lists: sized as they are gathered, so framed by the batch server
         return DecodedBatch(arrays=_gather_with_variable(pieces, len(indices), variable, collation, masks),
@@ -279,7 +279,7 @@ def _corrupt(job: DecodeJob, index: int, exc: Exception) -> CorruptSample:
     where = f"sample {index} ({job.index.describe(index)})"
     if isinstance(exc, UnreadableSample):
         return CorruptSample(f"{where} cannot be read: {exc}")
-    return CorruptSample(f"{where} failed in transform {job.transform!r}: {type(exc).__name__}: {exc}")
+    return CorruptSample(f"{where} failed in transform {job.spec.transform!r}: {type(exc).__name__}: {exc}")
 
 
 def _collate_framed(samples: list[dict[str, Any]], header: FrameHeader, used: np.ndarray,
@@ -309,7 +309,7 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         candidate = (index + step) % n
         row = reader.read(np.array([candidate])).to_pylist()[0]
         try:
-            return candidate, transform_sample(transform, row, job.seed, epoch, candidate)
+            return candidate, transform_sample(transform, row, job.spec.seed, epoch, candidate)
         except Exception:
             continue
     raise CorruptSample(

@@ -95,11 +95,11 @@ class DecodeWorker:
             if job_id in self._jobs:
                 return
         job: DecodeJob = ray.get(job_ref)
-        reader = ShardReader(job.index, list(job.columns) or None, self._source, self._loaders)
-        transform = build_transform(job.transform, job.transform_args, job.allowed_transform_modules)
-        collation = build_collation(job.collate, job.pad_value, job.allowed_transform_modules)
+        reader = ShardReader(job.index, list(job.spec.columns) or None, self._source, self._loaders)
+        transform = build_transform(job.spec.transform, job.spec.transform_args, job.allowed_transform_modules)
+        collation = build_collation(job.spec.collate, job.spec.pad_value, job.allowed_transform_modules)
         prepared = None if self._prepared is None else self._prepared.for_transform(
-            job.index, job.transform, job.transform_args, job.columns, transform, job.max_cache_bytes)
+            job.index, job.spec.transform, job.spec.transform_args, job.spec.columns, transform, job.max_cache_bytes)
         with self._lock:
             self._jobs.setdefault(job_id, (job, reader, transform, collation))
             if prepared is not None:

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from shardstream.proto.errors import InvalidJobSpec, TooManyJobs, UnreadableShard
+from shardstream.proto.job_options import JobOptions
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.jobs import JobRegistry
-from shardstream.service.control.spec import JobSpec
 from shardstream.service.node_messages import JobServed
 from tests.datasets import write_indexed
 
@@ -24,11 +24,11 @@ def picky(**kwargs: Any) -> Any:
     raise ValueError(f"picky takes no {sorted(kwargs)}")
 
 
-def spec(data: str, **overrides: Any) -> JobSpec:
+def spec(data: str, **overrides: Any) -> JobOptions:
     values: dict[str, Any] = dict(dataset=(data,), batch_size=2, shuffle=True, seed=0, drop_last=False,
                                   world_size=2)
     values.update(overrides)
-    return JobSpec(**values)
+    return JobOptions(**values)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +69,7 @@ def test_an_untyped_storage_error_is_unreadable_shard_naming_dataset_and_cause(d
 def test_a_transform_factorys_own_error_is_a_bad_spec(data: str) -> None:
     registry = JobRegistry((HERE,))
     with pytest.raises(InvalidJobSpec, match=r"transform '.*:picky' did not build .*ValueError: picky takes no"):
-        registry.open("picky", spec(data, transform=f"{HERE}:picky", transform_args='{"n":1}'), 0)
+        registry.open("picky", spec(data, transform=f"{HERE}:picky", transform_args={"n": 1}), 0)
 
 
 def test_stalls_of_ranks_outside_the_job_are_not_kept(data: str) -> None:

@@ -13,7 +13,7 @@ import pytest
 from shardstream.proto.errors import InvalidJobSpec
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.config import ServiceConfig
-from shardstream.service.control.spec import JobSpec
+from shardstream.service.control.spec import read_spec
 from shardstream.service.control.spec_limits import check_open_request
 from shardstream.service.limits import DEFAULT_LIMITS, RequestLimits, json_depth
 
@@ -74,9 +74,9 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], str, str]] = [
 @pytest.mark.parametrize(("at", "past", "setting", "field"), CASES)
 def test_at_the_limit_is_accepted_and_past_it_refused_naming_field_value_and_setting(
         at: dict[str, Any], past: dict[str, Any], setting: str, field: str) -> None:
-    JobSpec.from_proto(message(**at))
+    read_spec(message(**at))
     with pytest.raises(InvalidJobSpec) as refused:
-        JobSpec.from_proto(message(**past))
+        read_spec(message(**past))
     text = str(refused.value)
     assert field in text and setting in text and f"--{setting.replace('_', '-')}" in text, text
     assert f"limit of {getattr(L, setting.removeprefix('max_')):,}" in text, text
@@ -85,11 +85,11 @@ def test_at_the_limit_is_accepted_and_past_it_refused_naming_field_value_and_set
 def test_the_services_own_settings_are_the_limits() -> None:
     config = ServiceConfig(max_world_size=8, max_args_depth=2)
     assert config.request_limits == RequestLimits(world_size=8, args_depth=2)
-    JobSpec.from_proto(message(world_size=8), config.request_limits)
+    read_spec(message(world_size=8), config.request_limits)
     with pytest.raises(InvalidJobSpec, match="world_size 9 is above this service's limit of 8"):
-        JobSpec.from_proto(message(world_size=9), config.request_limits)
+        read_spec(message(world_size=9), config.request_limits)
     with pytest.raises(InvalidJobSpec, match="max_args_depth"):
-        JobSpec.from_proto(message(format_args_json=nested(3)), config.request_limits)
+        read_spec(message(format_args_json=nested(3)), config.request_limits)
 
 
 @pytest.mark.parametrize("text", ["[" * 200_000, '{"a":' * 50_000, "1" * 5000, '{"n": ' + "9" * 5000 + "}"])
@@ -97,7 +97,7 @@ def test_json_options_that_python_cannot_parse_are_a_bad_spec(text: str) -> None
     """Deep nesting (a RecursionError in the parser) and integers longer than Python converts."""
     limits = RequestLimits(args_depth=10**6, args_bytes=10**7)  # the parser itself, not the bounds
     with pytest.raises(InvalidJobSpec, match="transform args"):
-        JobSpec.from_proto(message(transform=pb.TransformSpec(name="x", args_json=text)), limits)
+        read_spec(message(transform=pb.TransformSpec(name="x", args_json=text)), limits)
 
 
 def test_json_depth_skips_brackets_in_strings() -> None:

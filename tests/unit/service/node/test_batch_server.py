@@ -28,8 +28,7 @@ class Steps:
     """One job of 20 rows, batches of 4 in order; records what the server asked."""
 
     def __init__(self, directory: str) -> None:
-        self.job = DecodeJob(job_id="j", index=index_dataset((directory,)), columns=(), transform="",
-                             transform_args={}, allowed_transform_modules=(), seed=0, on_corrupt="fail")
+        self.job = DecodeJob.alone("j", index_dataset((directory,)))
         self.reader = memory_reader(self.job.index)
         self.asked: list[tuple[str, int, int, int]] = []
         self.weights: list[str] = []

@@ -27,14 +27,14 @@ IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
 
 def _job(index: DatasetIndex, transform: str = "", args: dict[str, Any] | None = None,
          on_corrupt: str = "fail", seed: int = 3) -> DecodeJob:
-    return DecodeJob(job_id="j", index=index, columns=(), transform=transform,
-                     transform_args=args or {}, allowed_transform_modules=(), seed=seed,
+    return DecodeJob.alone("j", index, transform=transform,
+                     transform_args=args or {}, seed=seed,
                      on_corrupt=on_corrupt)
 
 
 def _decode(job: DecodeJob, epoch: int, indices: list[int]) -> DecodedBatch:
-    reader = memory_reader(job.index, list(job.columns) or None)
-    transform: SampleTransform | None = build_transform(job.transform, job.transform_args, ())
+    reader = memory_reader(job.index, list(job.spec.columns) or None)
+    transform: SampleTransform | None = build_transform(job.spec.transform, job.spec.transform_args, ())
     return decode_batch(job, reader, transform, epoch, np.array(indices, dtype=np.int64))
 
 
@@ -153,7 +153,7 @@ def test_a_transforms_samples_are_stacked_into_the_message_encode_batch_would_gi
         images_index: DatasetIndex) -> None:
     job, indices = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip"), np.array([1, 4, 3], dtype=np.int64)
     reader = memory_reader(job.index)
-    built = build_transform(job.transform, job.transform_args, ())
+    built = build_transform(job.spec.transform, job.spec.transform_args, ())
     plain = decode_batch(job, reader, built, 0, indices)
     framed = decode_batch(job, reader, built, 0, indices, FrameHeader(0, 2, 7))
     assert plain.message is None and framed.message is not None
@@ -212,7 +212,7 @@ def test_a_replaced_sample_after_copied_ones_is_framed_with_its_index_in_a_slot(
     job = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip")
     indices = np.array([1, 3, 4, 0], dtype=np.int64)  # 4 is corrupt: replaced by 6
     reader = memory_reader(job.index)
-    built = build_transform(job.transform, job.transform_args, ())
+    built = build_transform(job.spec.transform, job.spec.transform_args, ())
     plain = decode_batch(job, reader, built, 0, indices)
     framed = decode_batch(job, reader, built, 0, indices, FrameHeader(0, 1, 2), _one_slot())
     assert framed.replaced == 1 and framed.indices.tolist() == [1, 3, 6, 0]
@@ -231,7 +231,7 @@ def test_samples_framed_as_they_are_made_are_the_bytes_the_stack_gives(images_in
     crops = native_crops(monkeypatch)
     job, indices = _job(images_index, "image", IMAGE_ARGS), np.array([7, 1, 3, 0, 2, 8], dtype=np.int64)
     reader = memory_reader(job.index)
-    built = build_transform(job.transform, job.transform_args, ())
+    built = build_transform(job.spec.transform, job.spec.transform_args, ())
     plain = decode_batch(job, reader, built, 1, indices)
     assert crops == []  # no message to write into
     framed = decode_batch(job, reader, built, 1, indices, FrameHeader(1, 0, 3), _one_slot())
@@ -247,7 +247,7 @@ def test_a_replaced_sample_after_natively_made_ones_leaves_them_intact(images_in
     job = _job(images_index, "image", IMAGE_ARGS, on_corrupt="skip")
     indices = np.array([1, 0, 2, 12, 8], dtype=np.int64)  # 12, corrupt and the last: replaced by 0
     reader = memory_reader(job.index)
-    built = build_transform(job.transform, job.transform_args, ())
+    built = build_transform(job.spec.transform, job.spec.transform_args, ())
     plain = decode_batch(job, reader, built, 2, indices)
     framed = decode_batch(job, reader, built, 2, indices, FrameHeader(2, 0, 1), _one_slot())
     assert len(crops) == 2 and framed.indices.tolist() == [1, 0, 2, 0, 8]  # 8: after the filler stopped
@@ -298,8 +298,8 @@ class _Counting:
 def test_a_batch_past_max_batch_bytes_stops_being_built_at_that_sample(images_index: DatasetIndex) -> None:
     """3 x 16 x 16 uint8 samples (768 bytes with their label): a bound of 2,000 bytes is passed by
     the third sample, and the decoder prepares no fourth before refusing."""
-    job = DecodeJob(job_id="j", index=images_index, columns=("image", "label"), transform="image",
-                    transform_args=IMAGE_ARGS, allowed_transform_modules=(), seed=3, on_corrupt="fail",
+    job = DecodeJob.alone("j", images_index, columns=("image", "label"), transform="image",
+                    transform_args=IMAGE_ARGS, seed=3, on_corrupt="fail",
                     max_batch_bytes=2_000)
     counting = _Counting()
     reader = memory_reader(images_index, ["image", "label"])

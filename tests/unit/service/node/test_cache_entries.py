@@ -240,8 +240,7 @@ class _TamperingPeers(PreparedPeers):
 def test_a_sample_from_its_home_that_fails_verification_is_prepared_here(tmp_path: Path, tamper: str,
                                                                          cause: str) -> None:
     index = _index(tmp_path / "data", (20, 20))
-    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
-                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    job = DecodeJob.alone("j", index, transform="image", transform_args=IMAGE_ARGS, seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
     identity = prepare_identity("image", IMAGE_ARGS, [], transform)
     counters = SharedReadCounters()

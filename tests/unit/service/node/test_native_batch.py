@@ -76,12 +76,11 @@ def dataset(tmp_path_factory: pytest.TempPathFactory) -> DatasetIndex:
 
 
 def _job(index: DatasetIndex, args: dict[str, Any], on_corrupt: str = "fail") -> DecodeJob:
-    return DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=args,
-                     allowed_transform_modules=(), seed=11, on_corrupt=on_corrupt)
+    return DecodeJob.alone("j", index, transform="image", transform_args=args, seed=11, on_corrupt=on_corrupt)
 
 
 def _decode(job: DecodeJob, epoch: int, indices: list[int]) -> DecodedBatch:
-    transform = build_transform(job.transform, job.transform_args, ())
+    transform = build_transform(job.spec.transform, job.spec.transform_args, ())
     return decode_batch(job, memory_reader(job.index), transform, epoch, np.array(indices, dtype=np.int64),
                         FrameHeader(epoch, 1, 4), writable_bytes)
 
@@ -211,10 +210,10 @@ def test_samples_the_cache_holds_are_cropped_in_one_call_without_reading_their_r
     would, their labels come from the cache, and no row group is read for them."""
     index = _write(tmp_path / "data", _images())
     job, indices = _job(index, {"size": CROP}), [4, 0, 15, 9, 2, 16, 17]  # JPEGs, CMYK, PNG, the small one
-    transform = build_transform(job.transform, job.transform_args, ())
+    transform = build_transform(job.spec.transform, job.spec.transform_args, ())
     cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], SharedReadCounters(),
                           budget=WriteBudget(bank_s=1e9))
-    samples = cache.for_job(index, prepare_identity("image", job.transform_args, [], transform))
+    samples = cache.for_job(index, prepare_identity("image", job.spec.transform_args, [], transform))
     reader = memory_reader(index)
     with monkeypatch.context() as loop:
         one_sample_at_a_time(loop)

@@ -178,8 +178,7 @@ class _CountingReader:
 
 def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Path) -> None:
     index = _index(tmp_path / "data")
-    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
-                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    job = DecodeJob.alone("j", index, transform="image", transform_args=IMAGE_ARGS, seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
     counters = SharedReadCounters()
     tiers = [chunked_tier("memory", tmp_path / "m"), chunked_tier("disk", tmp_path / "d")]
@@ -214,8 +213,7 @@ def _budget_spent(tmp_path: Path, shard_rows: tuple[int, ...]) -> tuple[Any, ...
     cache has just spent its write budget (0.2 s of writes at the cold share: 4 s of time passing)
     on a clock the test moves (`clock[0]`)."""
     index = _index(tmp_path / "data", shard_rows)
-    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
-                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    job = DecodeJob.alone("j", index, transform="image", transform_args=IMAGE_ARGS, seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
     clock = [0.0]
     counters = SharedReadCounters()
@@ -337,8 +335,7 @@ class _DirectPeers(PreparedPeers):
 
 def test_a_node_finds_the_samples_it_lacks_at_their_home_and_keeps_only_its_own(tmp_path: Path) -> None:
     index = _index(tmp_path / "data", (20, 20))  # both nodes home to some: all but 2 in 2**40 layouts
-    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
-                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    job = DecodeJob.alone("j", index, transform="image", transform_args=IMAGE_ARGS, seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
     identity = prepare_identity("image", IMAGE_ARGS, [], transform)
     counters = {node: SharedReadCounters() for node in "ab"}
@@ -367,8 +364,7 @@ def test_a_node_finds_the_samples_it_lacks_at_their_home_and_keeps_only_its_own(
 
 def test_a_home_that_does_not_answer_costs_a_prepare_here_not_the_batch(tmp_path: Path) -> None:
     index = _index(tmp_path / "data", (20, 20))
-    job = DecodeJob(job_id="j", index=index, columns=(), transform="image", transform_args=IMAGE_ARGS,
-                    allowed_transform_modules=(), seed=5, on_corrupt="fail")
+    job = DecodeJob.alone("j", index, transform="image", transform_args=IMAGE_ARGS, seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
     caches: dict[str, PreparedCache] = {}
     counters = SharedReadCounters()

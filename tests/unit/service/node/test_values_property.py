@@ -256,8 +256,7 @@ def run(cols: list[Column], row_groups: list[int], masks: bool, seed: int) -> No
         check_job_schema(index.schema, None, "pad", index, nulls)
         if index.num_rows == 0:
             return
-        job = DecodeJob(job_id="j", index=index, columns=(), transform="", transform_args={},
-                        allowed_transform_modules=(), seed=0, on_corrupt="fail", collate="pad",
+        job = DecodeJob.alone("j", index, seed=0, on_corrupt="fail", collate="pad",
                         pad_value=PAD, nulls=nulls)
         order = np.random.default_rng(seed).permutation(index.num_rows)
         reader = memory_reader(index)
@@ -296,8 +295,7 @@ def test_an_int64_column_with_a_null_keeps_its_dtype_and_values_in_every_batch(t
     index = index_files([f"file://{path}"], ())
     with pytest.raises(InvalidJobSpec, match=rf"column 'v' \(int64\) holds a null at row 2 of file://{path}"):
         check_job_schema(index.schema, None, "", index, "")
-    job = DecodeJob(job_id="j", index=index, columns=(), transform="", transform_args={},
-                    allowed_transform_modules=(), seed=0, on_corrupt="fail", nulls="mask")
+    job = DecodeJob.alone("j", index, seed=0, on_corrupt="fail", nulls="mask")
     reader = memory_reader(index)
     first = decode_batch(job, reader, None, 0, np.array([0, 1]))
     second = decode_batch(job, reader, None, 0, np.array([2, 3]))

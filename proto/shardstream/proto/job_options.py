@@ -1,0 +1,358 @@
+"""The job spec, declared once: every option a job is opened with, in one frozen dataclass.
+
+A job option is a field declared with `option()`: its type and default are the field's, and the
+declaration says the rest (help text, group, the `pb.JobSpec` field it travels in, the service
+limit that bounds it, where the reproducibility manifest records it). Everything else derives
+from the declarations:
+
+- the client's keywords, their docstring and signature (client/loader_options.py, loader.py);
+- validation, the same on both sides (`JobOptions.__post_init__`): a loader refuses a bad
+  option before it connects, the service refuses a bad message from any client;
+- the proto conversion both ways (`to_proto`, `from_proto`);
+- the one fingerprint (`fingerprint`): what must match to resume a checkpoint, and with the
+  shape (world size, batch size) what names the job on the service;
+- the service's request limits (control/spec_limits.py), the manifest (control/reproducibility.py)
+  and what a decode actor is told (`DecodeJob.spec`, service/node_messages.py).
+
+Adding an option: a field here, its field in loader.proto (`make proto`), and the code that
+uses it. docs/architecture.md, "Adding a job option".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.v1 import loader_pb2 as pb
+
+GROUPS = ("", "order", "format")  # "": the flat keywords DataLoader users know
+CORRUPT_POLICIES = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
+NULLS = ("", "mask")  # "": refuse (docs/formats.md, "Values and dtypes"); "refuse" is its keyword spelling
+DEFAULT_BUCKET_WINDOW = 64  # batches, with bucket_by
+
+
+@dataclass(frozen=True)
+class Option:
+    """What a job option's declaration says beside its type and default."""
+
+    help: str
+    group: str = ""  # GROUPS
+    proto: str = ""  # its pb.JobSpec field ("transform.name": nested); "": folded into another option
+    shape: bool = False  # may differ on resume (world size, batch size): outside the fingerprint
+    limits: tuple[str, ...] = ()  # the service's RequestLimits bounding it (control/spec_limits.py)
+    record: str = ""  # the manifest section recording it: "pipeline", "order" ("" : not recorded)
+    recorded_when_set: bool = False  # recorded only when not its default (keeps older manifests' hashes)
+    fold: str = ""  # a shorthand for a key of this option (format_args)
+    # how the message carries it, beside as itself: "json" (an object's text), "policy" (an enum),
+    # "optional" (a field with presence: unset is None)
+    wire: str = ""
+    check: Callable[[Any], str | None] | None = None  # the refusal's text for a bad value, or None
+
+
+def option(default: Any, help: str, **declared: Any) -> Any:
+    """A field of JobOptions (see the module docstring)."""
+    return dataclasses.field(default=default, metadata={"option": Option(help, **declared)})
+
+
+def _positive(name: str) -> Callable[[int], str | None]:
+    return lambda v: None if v > 0 else f"{name} must be > 0, got {v}"
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """Which samples each rank sees and how they look: everything a job is opened with."""
+
+    dataset: tuple[str, ...] = option(
+        (), "a directory, glob or file URL (any fsspec URL), or a list of them", proto="dataset",
+        limits=("dataset_entries", "url_chars"),
+        check=lambda v: None if v and all(v) else "dataset is empty: give a directory, a glob or a list of files")
+    batch_size: int = option(0, "samples per batch, as DataLoader's", proto="batch_size", shape=True,
+                             limits=("batch_size",), record="order", check=_positive("batch_size"))
+    shuffle: bool = option(True, "as DistributedSampler's", proto="shuffle", record="order")
+    seed: int = option(0, "as DistributedSampler's: the order of epoch e comes from seed + e", proto="seed",
+                       record="order")
+    drop_last: bool = option(False, "as DataLoader's and DistributedSampler's", proto="drop_last", record="order")
+    world_size: int = option(1, "ranks of the job; default torch.distributed's, else WORLD_SIZE, else 1",
+                             proto="world_size", shape=True, limits=("world_size",), record="order",
+                             check=_positive("world_size"))
+    transform: str = option("", 'a built-in transform name ("image") or "module:factory"', proto="transform.name",
+                            limits=("name_chars",), record="pipeline")
+    transform_args: dict[str, Any] = option(  # noqa: RUF009 (a field declaration, as dataclasses.field)
+        None, "keyword arguments for the transform",
+        proto="transform.args_json", wire="json", limits=("args_bytes",), record="pipeline")
+    columns: tuple[str, ...] = option((), "the columns to load (default: all)", proto="columns",
+                                      limits=("columns", "name_chars"), record="pipeline",
+                                      check=lambda v: f"columns has duplicates: {list(v)}"
+                                      if len(set(v)) != len(v) else None)
+    on_corrupt: str = option(
+        "fail", '"fail" (default) or "skip" (replace a corrupt sample deterministically, and count it)',
+        group="format", proto="on_corrupt", wire="policy", record="pipeline",
+        check=lambda v: None if v in CORRUPT_POLICIES else f"on_corrupt must be 'fail' or 'skip', got {v!r}")
+    shuffle_block: int = option(
+        0, "0 (default): DistributedSampler's exact order. A number of samples: the block-shuffle order mode "
+        "for datasets larger than the decoders' cache: row groups in a random order, then each run of this "
+        "many samples shuffled among themselves (docs/order-modes.md). Deterministic from (seed, epoch), "
+        "equal batches on every rank, resumable, but not DistributedSampler's order",
+        group="order", proto="shuffle_block", limits=("shuffle_block",), record="order",
+        check=lambda v: None if v >= 0 else f"shuffle_block must be >= 0 (0: the exact order), got {v}")
+    weights: str = option(
+        "", "a column of per-sample weights (>= 0): each epoch draws N samples with replacement, as "
+        "WeightedRandomSampler(weights, N, generator=seeded(seed + epoch)), split across ranks as "
+        "DistributedSampler splits its permutation (padding by wrapping, rank::world_size, drop_last as "
+        "usual). shuffle has no effect with it",
+        group="order", proto="weights", limits=("name_chars",), record="order")
+    bucket_by: str = option(
+        "", "a column giving each sample's length (a list column's lengths, or numbers): each rank's samples "
+        "of an epoch are grouped into batches of similar length, bucket_window batches at a time, the "
+        "batches of a window in a random order (from seed, epoch, rank). The samples a rank sees stay "
+        'exactly DistributedSampler\'s; less padding with collate="pad" (docs/order-modes.md)',
+        group="order", proto="bucket_by", limits=("name_chars",), record="order")
+    bucket_window: int = option(
+        0, f"batches per bucketing window (with bucket_by; default {DEFAULT_BUCKET_WINDOW})", group="order",
+        proto="bucket_window", limits=("bucket_window",), record="order",
+        check=lambda v: None if v >= 0 else f"bucket_window must be a number of batches > 0, got {v}")
+    format: str = option(
+        "", 'how to find sample i in the dataset\'s files (README, "Dataset formats"): "" picks Parquet, '
+        'or WebDataset when every entry ends in .tar; "parquet", "tokens", "webdataset", "imagefolder", '
+        '"manifest"', group="format", proto="format", limits=("name_chars",))
+    format_args: dict[str, Any] = option(  # noqa: RUF009 (a field declaration, as dataclasses.field)
+        None, "the format's options; seq_len, dtype (tokens) and url_column (manifest) may be given as "
+        "keywords instead", group="format", proto="format_args_json", wire="json", limits=("args_bytes",))
+    seq_len: int | None = option(None, "format_args' seq_len (tokens): tokens per sample", group="format",
+                                 fold="format_args")
+    dtype: str | None = option(None, "format_args' dtype (tokens): the token files' dtype", group="format",
+                               fold="format_args")
+    url_column: str | None = option(None, "format_args' url_column (manifest): the column of file URLs",
+                                    group="format", fold="format_args")
+    collate: str = option(
+        "", 'how samples become a batch: "" stacks them (numbers and same-shape arrays to [B, ...] tensors, '
+        'strings to list[str]); "pad" also pads variable-length values (list columns, lists or 1-D arrays '
+        "from a transform) to the batch's longest with pad_value and adds <key>_lengths (int64 [B]); "
+        '"package.module:function" is a user collate on the service (allowed like transforms)',
+        group="format", proto="collate", limits=("name_chars",), record="pipeline")
+    pad_value: float = option(
+        0.0, 'what collate="pad" fills with', group="format", proto="pad_value", record="pipeline",
+        check=lambda v: None if math.isfinite(v) else f"pad_value must be a finite number, got {v}")
+    nulls: str = option(
+        "", 'what a null in a column delivered without a transform becomes (docs/formats.md, "Values and '
+        'dtypes"). "" or "refuse" (default): a column of integers, bools, timestamps, strings or lists '
+        "that holds a null is refused when the job opens (InvalidJobSpec naming file, column and row); "
+        "floats' nulls arrive as NaN, as pyarrow's to_numpy gives them. \"mask\": every column is "
+        'delivered, a null as 0, False, "" or an empty list, with a bool <column>_mask tensor [B] that is '
+        "True where the row holds a value; values are never converted to float",
+        group="format", proto="nulls", record="pipeline", recorded_when_set=True,
+        check=lambda v: None if v in NULLS else f"nulls must be 'refuse' or 'mask', got {v!r}")
+
+    def __post_init__(self) -> None:
+        set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
+        set_("transform_args", dict(self.transform_args or {}))
+        set_("format_args", dict(self.format_args or {}))
+        for name, fold in FOLDED.items():
+            value = getattr(self, name)
+            if value is not None:
+                args = getattr(self, fold)
+                if name in args and args[name] != value:
+                    raise InvalidJobSpec(f"{name}={value!r} and {fold}[{name!r}]={args[name]!r} disagree")
+                args[name] = value
+        for name, declared in DECLARED.items():
+            refusal = _wrong_type(name, getattr(self, name)) or (declared.check(getattr(self, name))
+                                                                   if declared.check else None)
+            if refusal:
+                raise InvalidJobSpec(refusal)
+        for refusal in _together(self):
+            raise InvalidJobSpec(refusal)
+
+    @classmethod
+    def given(cls, **keywords: Any) -> JobOptions:
+        """The options as a loader's keywords give them: None for "the default", a string for one
+        dataset entry, any sequence or mapping, "refuse" for nulls' default, bucket_window's default
+        only with bucket_by."""
+        unknown = set(keywords) - set(DECLARED)
+        if unknown:
+            raise TypeError(f"unknown job options: {', '.join(sorted(unknown))}")
+        values = {k: v for k, v in keywords.items() if v is not None or k in FOLDED}
+        if isinstance(values.get("dataset"), str):
+            values["dataset"] = (values["dataset"],)
+        for name in ("dataset", "columns"):
+            if name in values:
+                values[name] = tuple(values[name])
+        if values.get("nulls") == "refuse":
+            values["nulls"] = ""
+        if "bucket_window" not in values and values.get("bucket_by"):
+            values["bucket_window"] = DEFAULT_BUCKET_WINDOW
+        elif not values.get("bucket_by") and values.get("bucket_window") == DEFAULT_BUCKET_WINDOW:
+            del values["bucket_window"]  # the keyword's old default, given without bucket_by: unused
+        return cls(**values)
+
+    @classmethod
+    def from_proto(cls, msg: pb.JobSpec) -> JobOptions:
+        """The options a message carries (its size bounds are the service's: spec_limits.py)."""
+        values: dict[str, Any] = {}
+        for name, declared in DECLARED.items():
+            if declared.wire == "optional" and not msg.HasField(declared.proto):
+                continue  # unset: the default
+            if declared.proto:
+                values[name] = _decode(name, declared, proto_field(msg, declared.proto))
+        return cls(**values)
+
+    def to_proto(self, canonical: bool = False) -> pb.JobSpec:
+        """The message; `canonical`: JSON options in one spelling (sorted keys, no spaces)."""
+        msg = pb.JobSpec()
+        for name, declared in DECLARED.items():
+            value = getattr(self, name)
+            if declared.proto and not (declared.wire == "optional" and value is None):
+                _set(msg, declared.proto, _encode(declared, value, canonical))
+        return msg
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.to_proto())
+
+
+    @property
+    def identity(self) -> str:
+        """What names a job on the service: the fingerprint of its canonical message (two spellings
+        of the same transform_args are one job), with the shape."""
+        return f"{fingerprint(self.to_proto(canonical=True))}-{self.world_size}x{self.batch_size}"
+
+    def recorded(self, section: str) -> dict[str, Any]:
+        """The options a manifest section records (control/reproducibility.py)."""
+        return {name: _recorded(getattr(self, name)) for name, declared in DECLARED.items()
+                if declared.record == section
+                and not (declared.recorded_when_set and getattr(self, name) == _default(name))}
+
+    def differences(self, other: JobOptions) -> list[str]:
+        """The options that differ, for conflict errors."""
+        return [f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}" for name in DECLARED
+                if getattr(self, name) != getattr(other, name)]
+
+
+def fingerprint(msg: pb.JobSpec) -> str:
+    """The job's one fingerprint: its message without the shape (world size, batch size), so a
+    checkpoint resumes at another world size with the same global batch. An option left at its
+    default is absent from the message (proto3), so adding an option does not change the
+    fingerprint of jobs that do not use it, and older checkpoints still resume."""
+    shape_free = pb.JobSpec()
+    shape_free.CopyFrom(msg)
+    for declared in DECLARED.values():
+        if declared.shape:
+            shape_free.ClearField(declared.proto)
+    return hashlib.sha256(shape_free.SerializeToString(deterministic=True)).hexdigest()[:16]
+
+
+def _together(spec: JobOptions) -> list[str]:
+    """Refusals of options that do not go together."""
+    refusals = []
+    if spec.shuffle_block and not spec.shuffle:
+        refusals.append("shuffle_block is a way to shuffle: set shuffle=True with it, or leave it out")
+    if spec.weights and spec.shuffle_block:
+        refusals.append("weights and shuffle_block are two ways to order an epoch: choose one")
+    if spec.bucket_by and not spec.bucket_window:
+        refusals.append(f"bucket_window must be a number of batches > 0 with bucket_by, got {spec.bucket_window}")
+    if spec.bucket_window and not spec.bucket_by:
+        refusals.append("bucket_window needs bucket_by, the column that gives each sample's length")
+    return refusals
+
+
+# ------------------------------------------------------------------ the declarations, read back
+
+DECLARED: dict[str, Option] = {f.name: f.metadata["option"] for f in dataclasses.fields(JobOptions)}
+FOLDED = {name: d.fold for name, d in DECLARED.items() if d.fold}
+
+
+_KINDS = {name: hint for name, hint in typing.get_type_hints(JobOptions).items() if name in DECLARED}
+
+
+def _wrong_type(name: str, value: Any) -> str | None:
+    """The refusal of a value of the wrong type (a bool is not a number here)."""
+    hint = _KINDS[name]
+    allowed = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    if value is None and type(None) in allowed:
+        return None
+    for kind in allowed:
+        base = typing.get_origin(kind) or kind
+        if base is tuple and isinstance(value, tuple) and all(isinstance(v, str) for v in value):
+            return None
+        if base is dict and isinstance(value, Mapping):
+            return None
+        numbers = (int, float) if base is float else (int,) if base is int else ()
+        if (isinstance(value, numbers) and not isinstance(value, bool)) or (base in (str, bool)
+                                                                            and isinstance(value, base)):
+            return None
+    names = " or ".join("strings" if (typing.get_origin(k) or k) is tuple else getattr(k, "__name__", str(k))
+                        for k in allowed if k is not type(None))
+    return f"{name} must be {names}, got {value!r}"
+
+
+def _default(name: str) -> Any:
+    default = next(f.default for f in dataclasses.fields(JobOptions) if f.name == name)
+    return {} if default is None and name in ("transform_args", "format_args") else default
+
+
+def _recorded(value: Any) -> Any:
+    return list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
+
+
+def proto_field(msg: Any, path: str) -> Any:
+    """The field at `path` ("transform.name") of a message."""
+    for part in path.split("."):
+        msg = getattr(msg, part)
+    return msg
+
+
+def _set(msg: Any, path: str, value: Any) -> None:
+    *parents, last = path.split(".")
+    for part in parents:
+        msg = getattr(msg, part)
+    if isinstance(value, (list, tuple)):
+        getattr(msg, last).extend(value)
+    else:
+        setattr(msg, last, value)
+
+
+def _encode(declared: Option, value: Any, canonical: bool) -> Any:
+    if declared.wire == "json" and canonical:
+        return json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
+    if declared.wire == "json":
+        return json.dumps(dict(value))  # as given (the fingerprint of older checkpoints hashed this text)
+    if declared.wire == "policy":
+        return CORRUPT_POLICIES[value]
+    return list(value) if isinstance(value, tuple) else value
+
+
+def _decode(name: str, declared: Option, value: Any) -> Any:
+    if declared.wire == "json":
+        return _object(value, name.replace("_", " "))
+    if declared.wire == "policy":
+        return _policy(value, name)
+    return tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
+
+
+def _object(text: str, what: str) -> dict[str, Any]:
+    """A JSON object option; "" is {}."""
+    try:
+        parsed = json.loads(text or "{}")
+    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer of >4300 digits
+        raise InvalidJobSpec(f"{what} are not valid JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidJobSpec(f"{what} must be a JSON object")
+    return parsed
+
+
+def _policy(value: int, name: str) -> str:
+    policies: dict[int, str] = {number: word for word, number in CORRUPT_POLICIES.items()}
+    if value not in policies:  # proto3 enums are open
+        raise InvalidJobSpec(f"unknown {name} policy {value}")
+    return policies[value]
+
+
+__all__ = ["CORRUPT_POLICIES", "DECLARED", "DEFAULT_BUCKET_WINDOW", "GROUPS", "NULLS", "JobOptions", "Option",
+           "fingerprint", "option", "proto_field"]
