@@ -130,7 +130,8 @@ class ServiceConfig:
     max_epoch: int = setting(DEFAULT_LIMITS.epoch, "the latest epoch a rank may fetch", minimum=0)
     max_seq_len: int = setting(
         DEFAULT_LIMITS.seq_len, "the longest token window, tokens (format 'tokens', format_args seq_len); each "
-        "sample is two int64 arrays of it", minimum=1)
+        "sample is two int64 arrays of it. Also the longest text the 'tokenize' transform makes (its max_length, "
+        "or any text without one: a longer one is a corrupt sample)", minimum=1)
     max_image_side: int = setting(
         DEFAULT_LIMITS.image_side, "the largest side of an image the built-in image transform makes, pixels "
         "(transform_args size, resize_short)", minimum=1)
