@@ -20,8 +20,10 @@ file's own truncation and padding settings are ignored: the job's arguments deci
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
+import fsspec
 import numpy as np
 import pyarrow as pa
 import tokenizers
@@ -39,31 +41,17 @@ WHAT = "tokenizer file"
 
 
 class TokenizeTransform:
+    """prepare = tokenize; no augment. `files` and `cache_identity` name the tokenizer.json by its
+    content (transform_files.py; the prepared-sample cache's key)."""
+
     def __init__(self, tokenizer: str, column: str = "text", add_bos: bool = False, add_eos: bool = False,
                  bos_token: str | None = None, eos_token: str | None = None, max_length: int | None = None,
                  add_special_tokens: bool = False, keep: list[str] | None = None, *,
                  longest: int = DEFAULT_LIMITS.seq_len) -> None:
         """`longest`: the most ids a sample may have without `max_length` (the service's
         max_seq_len; the registry passes it, a job cannot)."""
-        if not isinstance(tokenizer, str) or not tokenizer:
-            raise InvalidJobSpec(f"tokenize needs tokenizer=<path or URL of a tokenizer.json>, got {tokenizer!r}")
-        if not isinstance(column, str) or not column:
-            raise InvalidJobSpec(f"tokenize column must be a column name, got {column!r}")
-        for name, value in (("add_bos", add_bos), ("add_eos", add_eos), ("add_special_tokens", add_special_tokens)):
-            if not isinstance(value, bool):
-                raise InvalidJobSpec(f"tokenize {name} must be true or false, got {value!r}")
-        if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool)
-                                       or max_length <= 0):
-            raise InvalidJobSpec(f"tokenize max_length must be a positive int or null, got {max_length!r}")
-        if max_length is not None and max_length > longest:
-            raise InvalidJobSpec(f"tokenize max_length {max_length:,} is above this service's limit of {longest:,} "
-                                 "(its max_seq_len setting)")
-        if keep is None:
-            keep = []
-        if (not isinstance(keep, list) or not all(isinstance(name, str) for name in keep) or column in keep
-                or OUTPUT in keep):
-            raise InvalidJobSpec(f"tokenize keep must list other columns by name (not {column!r} or "
-                                 f"{OUTPUT!r}), got {keep!r}")
+        keep = [] if keep is None else keep
+        _check_arguments(tokenizer, column, add_bos, add_eos, add_special_tokens, max_length, keep, longest)
         data, sha256 = read_file(tokenizer, WHAT)
         self.files = {"tokenizer": TransformFile(tokenizer, sha256)}  # the manifest's, pinned at open
         # The prepared-sample cache's key besides the arguments (the URL): the file's content and
@@ -73,15 +61,13 @@ class TokenizeTransform:
         self.column, self.keep, self.add_special_tokens = column, keep, add_special_tokens
         self.bos = _token_id(self.tokenizer, tokenizer, "bos", bos_token) if add_bos else None
         self.eos = _token_id(self.tokenizer, tokenizer, "eos", eos_token) if add_eos else None
-        added = (self.bos is not None) + (self.eos is not None)
         self.max_length = max_length
         self.longest = max_length if max_length is not None else longest
         self.tokenizer.no_padding()
-        if max_length is None:
-            self.tokenizer.no_truncation()
-        else:
-            room = max_length - added - self._specials()
-            if room < 1:
+        self.tokenizer.no_truncation()
+        if max_length is not None:
+            added = (self.bos is not None) + (self.eos is not None)
+            if max_length - added - self._specials() < 1:
                 raise InvalidJobSpec(f"tokenize max_length {max_length} leaves no room for text beside "
                                      f"{added} BOS/EOS and the {self._specials()} special tokens of "
                                      f"{WHAT} {tokenizer!r}")
@@ -119,7 +105,7 @@ class TokenizeTransform:
     def prepare(self, row: Sample) -> Sample:
         """Deterministic: the text's ids. Raises, naming the column, on a null or a value that is
         not a string, and on a text past `longest` ids (without max_length)."""
-        return self.made(row, self.tokenizer.encode(self._text(row), add_special_tokens=self.add_special_tokens).ids)
+        return self._sample(row, self.tokenizer.encode(self._text(row), add_special_tokens=self.add_special_tokens).ids)
 
     def _text(self, row: Sample) -> str:
         text = row.get(self.column)
@@ -128,12 +114,13 @@ class TokenizeTransform:
             raise ValueError(f"column {self.column!r} holds {what}, not a string")
         return text
 
-    def made(self, row: Sample, ids: list[int]) -> Sample:
+    def _sample(self, row: Sample, ids: list[int]) -> Sample:
         """The sample of `row` whose text gave `ids` (BOS and EOS not yet added)."""
         count = len(ids) + (self.bos is not None) + (self.eos is not None)
-        if count > self.longest:
-            raise ValueError(f"column {self.column!r} holds a text of {count:,} tokens, above this service's "
-                             f"max_seq_len of {self.longest:,}: set transform_args max_length to cut it")
+        if count > self.longest:  # with max_length the tokenizer has cut it already
+            bound = (f"max_length {self.longest:,}" if self.max_length is not None
+                     else f"this service's max_seq_len of {self.longest:,}: set transform_args max_length to cut it")
+            raise ValueError(f"column {self.column!r} holds a text of {count:,} tokens, above {bound}")
         out = np.empty(count, dtype=np.int64)
         start = 0
         if self.bos is not None:
@@ -145,6 +132,32 @@ class TokenizeTransform:
         for name in self.keep:
             sample[name] = row[name]
         return sample
+
+
+def _check_arguments(tokenizer: Any, column: Any, add_bos: Any, add_eos: Any, add_special_tokens: Any,
+                     max_length: Any, keep: Any, longest: int) -> None:
+    """InvalidJobSpec naming the first argument of a job's that is not what the transform takes,
+    before anything is read."""
+    if not isinstance(tokenizer, str) or not tokenizer:
+        raise InvalidJobSpec(f"tokenize needs tokenizer=<path or URL of a tokenizer.json>, got {tokenizer!r}")
+    if fsspec.core.split_protocol(tokenizer)[0] is None and not os.path.isabs(tokenizer):
+        raise InvalidJobSpec(f"tokenizer {tokenizer!r} must be an absolute path or a URL: the service and each "
+                             "decode actor read it, each from its own working directory")
+    if not isinstance(column, str) or not column:
+        raise InvalidJobSpec(f"tokenize column must be a column name, got {column!r}")
+    for name, value in (("add_bos", add_bos), ("add_eos", add_eos), ("add_special_tokens", add_special_tokens)):
+        if not isinstance(value, bool):
+            raise InvalidJobSpec(f"tokenize {name} must be true or false, got {value!r}")
+    if max_length is not None and (not isinstance(max_length, int) or isinstance(max_length, bool)
+                                   or max_length <= 0):
+        raise InvalidJobSpec(f"tokenize max_length must be a positive int or null, got {max_length!r}")
+    if max_length is not None and max_length > longest:
+        raise InvalidJobSpec(f"tokenize max_length {max_length:,} is above this service's limit of {longest:,} "
+                             "(its max_seq_len setting)")
+    if (not isinstance(keep, list) or not all(isinstance(name, str) for name in keep) or column in keep
+            or OUTPUT in keep):
+        raise InvalidJobSpec(f"tokenize keep must list other columns by name (not {column!r} or {OUTPUT!r}), "
+                             f"got {keep!r}")
 
 
 def _load(url: str, data: bytes) -> Tokenizer:

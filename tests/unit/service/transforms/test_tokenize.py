@@ -114,6 +114,7 @@ def test_kept_columns_pass_through_and_others_do_not(bpe: str) -> None:
 
 @pytest.mark.parametrize(("args", "message"), [
     ({"tokenizer": ""}, "tokenize needs tokenizer="),
+    ({"tokenizer": "tok/tokenizer.json"}, "tokenizer 'tok/tokenizer.json' must be an absolute path or a URL"),
     ({"column": 3}, "tokenize column must be a column name"),
     ({"add_bos": "yes"}, "add_bos must be true or false"),
     ({"add_special_tokens": 1}, "add_special_tokens must be true or false"),
