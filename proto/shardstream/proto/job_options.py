@@ -151,6 +151,12 @@ class JobOptions:
         group="format", proto="nulls", record="pipeline", recorded_when_set=True,
         check=lambda v: None if v in NULLS else f"nulls must be 'refuse' or 'mask', got {v!r}")
 
+    augment_seed: int | None = option(
+        None, "the seed of per-sample augmentation (a transform's random crop and flip come from "
+        "(augment_seed, epoch, sample index)); None: seed. A new augment_seed draws new augmentations "
+        "in the same order; a new seed with the same augment_seed, a new order of the same augmentations",
+        group="order", proto="augment_seed", wire="optional", record="pipeline", recorded_when_set=True)
+
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
         set_("transform_args", dict(self.transform_args or {}))
@@ -216,6 +222,10 @@ class JobOptions:
     def fingerprint(self) -> str:
         return fingerprint(self.to_proto())
 
+    @property
+    def sample_seed(self) -> int:
+        """The seed of each sample's augmentation: augment_seed, else seed."""
+        return self.seed if self.augment_seed is None else self.augment_seed
 
     @property
     def identity(self) -> str:

@@ -128,7 +128,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     filler = FrameFiller(header, used, allocate, samples) if frames_ahead else None  # type: ignore[arg-type]
     replaced = 0
     built = 0  # bytes of the samples so far
-    rngs = sample_rngs(job.spec.seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
+    rngs = sample_rngs(job.spec.sample_seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
     augment_into = getattr(transform, "augment_into", None) if filler is not None and augment is not None else None
     with _sending_home(prepared_samples):
         for position in range(len(used)):
@@ -194,7 +194,7 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
     made here as the loop below makes them; None where that path does not apply, or a sample left
     fails and is to be replaced (the loop replaces it)."""
     assert header is not None
-    batch = native_batch(transform, transform.column, job.spec.seed, epoch, reader, used, header, allocate, prepared,
+    batch = native_batch(transform, transform.column, job.spec.sample_seed, epoch, reader, used, header, allocate, prepared,
                          prepared_samples.keeps_now if prepared_samples is not None else None, job.max_batch_bytes)
     if batch is None:
         return None
@@ -209,7 +209,7 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
                 sample, augmented = made_sample(transform, row, index, prepared_samples, None, None, None,
                                                 batch.keeps.get(position))
             if not augmented:
-                sample = augment_sample(transform, sample, job.spec.seed, epoch, index)
+                sample = augment_sample(transform, sample, job.spec.sample_seed, epoch, index)
         except Exception as exc:
             if job.spec.on_corrupt != "skip":
                 raise _corrupt(job, index, exc) from None
@@ -309,7 +309,7 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         candidate = (index + step) % n
         row = reader.read(np.array([candidate])).to_pylist()[0]
         try:
-            return candidate, transform_sample(transform, row, job.spec.seed, epoch, candidate)
+            return candidate, transform_sample(transform, row, job.spec.sample_seed, epoch, candidate)
         except Exception:
             continue
     raise CorruptSample(
