@@ -8,9 +8,10 @@ JSON whitespace (space, tab, ``\\r``) is blank: it is no sample, here or when
 a unit is read (`is_blank`, the one rule for both). A UTF-8 byte order mark
 at the start of a file is not part of its first line.
 
-A scan reads the file in chunks and finds the newlines with numpy; only a
-line that starts with whitespace is looked at byte by byte, to tell whether
-it is blank. Units are cut as the scan goes, so only one unit's lines are
+A scan reads the file in chunks and finds the newlines with numpy, a slice
+of a chunk at a time (so a file of short lines holds a few arrays of a
+slice's lines, not of a chunk's); only a line that starts with whitespace is
+looked at byte by byte, to tell whether it is blank. Units are cut as the scan goes, so only one unit's lines are
 held at a time: consecutive samples, at most UNIT_LINES of them and
 UNIT_BYTES from the first one's start to the last one's end (a longer line is
 a unit by itself). Blank lines between two units belong to neither; those
@@ -26,7 +27,8 @@ import numpy as np
 
 WHITESPACE = b" \t\r"  # JSON's whitespace on a line (its fourth, "\n", ends the line)
 BOM = b"\xef\xbb\xbf"
-SCAN_CHUNK = 8 * 2**20  # bytes read at a time while scanning
+SCAN_CHUNK = 8 * 2**20  # bytes read at a time while scanning (one ranged read of an object store)...
+SCAN_SLICE = 2**19  # ...looked at this many at a time: a slice of one-byte lines is 8 bytes of int64 per byte
 UNIT_LINES = 4096  # samples a unit holds at most...
 UNIT_BYTES = 4 * 2**20  # ...and bytes from its first sample's start to its last one's end
 MAX_BLANK_RUNS = 65_536  # runs of blank lines a file's scan keeps to name samples by line number
@@ -77,7 +79,8 @@ def scan_lines(f: Any) -> LineScan:
     scanner = _Scanner(len(BOM) if head == BOM else 0)
     chunk = f.read(SCAN_CHUNK) if head == BOM else head
     while chunk:
-        scanner.feed(chunk)
+        for at in range(0, len(chunk), SCAN_SLICE):
+            scanner.feed(chunk[at:at + SCAN_SLICE])
         chunk = f.read(SCAN_CHUNK)
     return scanner.finish()
 

@@ -270,6 +270,7 @@ def test_units_cut_anywhere_read_json_loads_of_every_line(docs: list[dict[str, A
     monkeypatch.setattr(jsonl_lines, "UNIT_LINES", data.draw(st.integers(1, 6)))
     monkeypatch.setattr(jsonl_lines, "UNIT_BYTES", data.draw(st.integers(1, 300)))
     monkeypatch.setattr(jsonl_lines, "SCAN_CHUNK", data.draw(st.integers(1, 64)))
+    monkeypatch.setattr(jsonl_lines, "SCAN_SLICE", data.draw(st.integers(1, 64)))
     files = data.draw(st.integers(1, min(4, len(docs))))
     cuts = sorted(data.draw(st.lists(st.integers(1, len(docs) - 1), max_size=files - 1, unique=True))) \
         if len(docs) > 1 else []
@@ -299,12 +300,13 @@ def test_units_cut_anywhere_read_json_loads_of_every_line(docs: list[dict[str, A
     assert [index.describe(i) for i in range(len(docs))] == expected_names
 
 
-def test_a_scan_is_the_same_whatever_the_chunk(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_scan_is_the_same_whatever_the_chunk_and_slice(monkeypatch: pytest.MonkeyPatch) -> None:
     content = ("\ufeff" + "   \n" + " " * 50 + '{"a": 1}\n' + "\t" * 40 + "\n\n" + '{"a": 2}' * 9 + "\r\n"
                + "\n" * 30 + '{"b": 3}').encode()
     scans = []
-    for chunk in (1, 2, 3, 7, 64, 10_000):
+    for chunk, piece in ((1, 1), (2, 1), (3, 3), (7, 2), (64, 5), (64, 64), (10_000, 10_000)):
         monkeypatch.setattr(jsonl_lines, "SCAN_CHUNK", chunk)
+        monkeypatch.setattr(jsonl_lines, "SCAN_SLICE", piece)
         monkeypatch.setattr(jsonl_lines, "UNIT_LINES", 2)
         scans.append(jsonl_lines.scan_lines(io.BytesIO(content)))
     for scan in scans[1:]:
@@ -360,6 +362,20 @@ def test_a_line_past_max_line_bytes_is_refused_at_open_without_holding_it(tmp_pa
     finally:
         tracemalloc.stop()
     assert peak < 2.5 * jsonl_lines.SCAN_CHUNK + 2**20, peak  # a chunk and its newline mask, never the line
+
+
+def test_scanning_many_short_lines_holds_a_slice_of_them_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsonl_lines, "SCAN_CHUNK", 2**20)
+    monkeypatch.setattr(jsonl_lines, "SCAN_SLICE", 2**16)
+    content = b"{}\n" * (16 * 2**20 // 3)  # 5.6 million samples
+    tracemalloc.start()
+    try:
+        scan = jsonl_lines.scan_lines(io.BytesIO(content))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert scan.samples == len(content) // 3 and len(scan.counts) == -(-scan.samples // jsonl_lines.UNIT_LINES)
+    assert peak < 6 * 2**20, peak  # not 8 bytes of offsets per line of the file (45 MB), nor per line of a chunk
 
 
 def test_max_line_bytes_is_the_services_setting_unless_the_job_asks_for_less() -> None:
