@@ -122,7 +122,7 @@ class JobOptions:
     format: str = option(
         "", 'how to find sample i in the dataset\'s files (README, "Dataset formats"): "" picks Parquet, '
         'or WebDataset when every entry ends in .tar; "parquet", "tokens", "webdataset", "imagefolder", '
-        '"manifest"', group="format", proto="format", limits=("name_chars",))
+        '"manifest", "jsonl"', group="format", proto="format", limits=("name_chars",))
     format_args: dict[str, Any] = option(  # noqa: RUF009 (a field declaration, as dataclasses.field)
         None, "the format's options; seq_len, dtype (tokens) and url_column (manifest) may be given as "
         "keywords instead", group="format", proto="format_args_json", wire="json", limits=("args_bytes",))

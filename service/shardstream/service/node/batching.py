@@ -32,6 +32,7 @@ from shardstream.proto.errors import CorruptSample, ShardstreamError
 from shardstream.proto.wire import WIRE_DTYPES, Allocate, BatchFrame, FrameHeader
 from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
+from shardstream.service.dataset import UNREADABLE_COLUMN
 from shardstream.service.node.batch_bytes import check_batch_bytes, gathered_nbytes, sample_nbytes
 from shardstream.service.node.frame_filler import FrameFiller
 from shardstream.service.node.native_batch import native_batch
@@ -99,7 +100,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 except UnreadableSample as exc:
                     raise _corrupt(job, index, exc) from None
             return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
-        pieces = reader.pieces(indices)
+        pieces = _readable_pieces(job, reader.pieces(indices), indices)
         check_batch_bytes(gathered_nbytes(pieces), job.max_batch_bytes, len(indices), len(indices),
                           lambda: f"samples {_first_and_last(job, indices)}")
         try:
@@ -250,6 +251,29 @@ def _gather_columns(job: DecodeJob, pieces: list[Piece], indices: np.ndarray, he
     frame = BatchFrame(header, specs, np.asarray(indices), 0, allocate)
     return DecodedBatch(arrays=gather_arrays(pieces, len(indices), out=frame.arrays, masks=masks),
                         indices=np.asarray(indices), message=frame.message)
+
+
+def _readable_pieces(job: DecodeJob, pieces: list[Piece], indices: np.ndarray) -> list[Piece]:
+    """The pieces without their format's unreadable marker (a JSON line that does not parse);
+    CorruptSample naming the batch's first sample its format could not read. Columns gathered
+    without a transform have no replacement (on_corrupt applies to transforms)."""
+    found: list[Piece] = []
+    first: tuple[int, str] | None = None  # (position in the batch, why)
+    for piece in pieces:
+        if UNREADABLE_COLUMN not in piece.table.column_names:
+            found.append(piece)
+            continue
+        marks = piece.table.column(UNREADABLE_COLUMN)
+        if marks.null_count != len(marks):
+            why = marks.take(pa.array(piece.rows)).to_pylist()
+            bad = [(int(at), reason) for at, reason in zip(piece.at.tolist(), why, strict=True) if reason is not None]
+            if bad and (first is None or bad[0][0] < first[0]):
+                first = bad[0]
+        found.append(Piece(piece.table.drop_columns([UNREADABLE_COLUMN]), piece.rows, piece.at))
+    if first is not None:
+        index = int(indices[first[0]])
+        raise CorruptSample(f"sample {index} ({job.index.describe(index)}) cannot be read: {first[1]}")
+    return found
 
 
 def _first_and_last(job: DecodeJob, indices: np.ndarray) -> str:
