@@ -8,6 +8,7 @@ a broken variant whose error must name the file and the cause.
 from __future__ import annotations
 
 import io
+import json
 import os
 import tarfile
 from collections.abc import Callable, Sequence
@@ -216,4 +217,48 @@ MANIFEST = FormatCase("manifest", _write_manifest, _manifest_key, _break_manifes
                       {"format": "manifest", "columns": ["image", "idx"],
                        "transform": "image", "transform_args": {**IMAGE["transform_args"], "column": "image"}})
 
-CASES = [PARQUET, TOKENS, WEBDATASET, IMAGEFOLDER, MANIFEST]
+# -- jsonl ----------------------------------------------------------------------------------------
+
+JSONL_FILES = [9, 0, 13, 4]  # samples per file; the second holds only blank lines
+
+
+def _jsonl_line(index: int) -> str:
+    return json.dumps({"idx": index, "text": f"document {index} \u00e9\u4e2d", "ids": list(range(index % 4))},
+                      ensure_ascii=index % 2 == 0)
+
+
+def _write_jsonl(directory: str, corrupt: int | None = None) -> int:
+    os.makedirs(directory, exist_ok=True)
+    start = 0
+    for i, count in enumerate(JSONL_FILES):
+        lines = ["", "  "] if not count else []
+        for index in range(start, start + count):
+            lines.append('{"idx": ' + str(index) + ', "text": "cut off' if index == corrupt else _jsonl_line(index))
+            if index % 5 == 0:
+                lines.append("")  # a blank line: no sample
+        newline = "\r\n" if i == 2 else "\n"  # a Windows-written file reads the same
+        with open(os.path.join(directory, f"part-{i:02d}.jsonl"), "w", newline="") as f:
+            f.write(newline.join(lines) + (newline if i != 3 else ""))  # the last file ends without one
+        start += count
+    return sum(JSONL_FILES)
+
+
+def _jsonl_key(batch: dict[str, Any]) -> list[int]:
+    keys = batch["idx"].tolist()
+    assert str(batch["idx"].dtype) == "torch.int64"
+    assert batch["text"] == [json.loads(_jsonl_line(k))["text"] for k in keys]  # strings as list[str]
+    lengths = batch["ids_lengths"].tolist()
+    assert lengths == [k % 4 for k in keys]
+    assert [row[:n] for row, n in zip(batch["ids"].tolist(), lengths, strict=True)] == [list(range(k % 4)) for k in keys]
+    return keys
+
+
+def _break_jsonl(directory: str) -> str:
+    _write_jsonl(directory, corrupt=3)
+    return r"sample 3 \(line 5 of .*part-00\.jsonl\) cannot be read: line 5 is not JSON \(Unterminated string"
+
+
+JSONL = FormatCase("jsonl", _write_jsonl, _jsonl_key, _break_jsonl, "CorruptSample",
+                   {"format": "jsonl", "collate": "pad"})
+
+CASES = [PARQUET, TOKENS, WEBDATASET, IMAGEFOLDER, MANIFEST, JSONL]

@@ -81,3 +81,14 @@ class PresentFields:
 
 def present_fields(**kwargs: Any) -> PresentFields:
     return PresentFields(**kwargs)
+
+
+class TextLength:
+    """A JSON Lines row's `idx` and the length of its `text` (tests/unit/service/formats/test_jsonl.py)."""
+
+    def prepare(self, row: dict[str, Any]) -> dict[str, Any]:
+        return {"idx": np.int64(row["idx"]), "length": np.int64(len(row["text"]))}
+
+
+def text_length(**kwargs: Any) -> TextLength:
+    return TextLength(**kwargs)

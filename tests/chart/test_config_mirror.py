@@ -61,6 +61,7 @@ def test_the_configmap_loads_into_the_service_config() -> None:
               "job_max_decoders": 8, "job_max_in_flight_bytes": 4 << 30, "job_max_cache_bytes": 16 << 30,
               "dataset_protocols": ["file", "gs", "hdfs"], "max_world_size": 4096, "max_batch_size": 8192,
               "max_shuffle_block": 1 << 20, "max_bucket_window": 100, "max_epoch": 10_000, "max_seq_len": 8192,
+              "max_line_bytes": 1 << 20,
               "max_image_side": 1024, "max_dataset_entries": 500, "max_columns": 64, "max_url_chars": 512,
               "max_name_chars": 128, "max_jobs": 50, "max_args_bytes": 4096, "max_args_depth": 8,
               # with num_decoders set, the scaling policy is off (they exclude each other)

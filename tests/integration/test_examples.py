@@ -14,6 +14,8 @@ EXAMPLES = {
     "manifest": ["image torch.uint8 [4, 3, 32, 32]", "label torch.int64 [4]", "12 samples"],
     "weights": ["label torch.int64 [4]", "40 samples"],
     "collate": ["prompt list of 4 str", "words torch.int64 [4]", "16 samples"],
+    "jsonl": ["text list of 4 str", "id torch.int64 [4]", "tokens torch.int64 [4, ", "tokens_lengths torch.int64 [4]",
+              "20 samples"],
     "padded": ["ids torch.int32 [4, ", "ids_lengths torch.int64 [4]", "title list of 4 str", "24 samples"],
 }
 

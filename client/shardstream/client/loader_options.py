@@ -126,8 +126,8 @@ def _args(group: str, indent: int) -> str:
     return "\n".join(lines)
 
 
-OrderOptions = _group_class("order", "OrderOptions", "Which order an epoch's samples come in, beyond shuffle "
-                            "and seed (docs/order-modes.md).")
+OrderOptions = _group_class("order", "OrderOptions", "Which samples an epoch draws, in which order, and the "
+                            "seed of their augmentations, beyond shuffle and seed (docs/order-modes.md).")
 FormatOptions = _group_class("format", "FormatOptions", "How the dataset's files are read and how samples "
                              "become a batch.")
 DeliveryOptions = _group_class("delivery", "DeliveryOptions", "How batches reach this rank.")

@@ -122,7 +122,7 @@ class JobOptions:
     format: str = option(
         "", 'how to find sample i in the dataset\'s files (README, "Dataset formats"): "" picks Parquet, '
         'or WebDataset when every entry ends in .tar; "parquet", "tokens", "webdataset", "imagefolder", '
-        '"manifest"', group="format", proto="format", limits=("name_chars",))
+        '"manifest", "jsonl"', group="format", proto="format", limits=("name_chars",))
     format_args: dict[str, Any] = option(  # noqa: RUF009 (a field declaration, as dataclasses.field)
         None, "the format's options; seq_len, dtype (tokens) and url_column (manifest) may be given as "
         "keywords instead", group="format", proto="format_args_json", wire="json", limits=("args_bytes",))
@@ -150,6 +150,12 @@ class JobOptions:
         "True where the row holds a value; values are never converted to float",
         group="format", proto="nulls", record="pipeline", recorded_when_set=True,
         check=lambda v: None if v in NULLS else f"nulls must be 'refuse' or 'mask', got {v!r}")
+
+    augment_seed: int | None = option(
+        None, "the seed of per-sample augmentation (a transform's random crop and flip come from "
+        "(augment_seed, epoch, sample index)); None: seed. A new augment_seed draws new augmentations "
+        "in the same order; a new seed with the same augment_seed, a new order of the same augmentations",
+        group="order", proto="augment_seed", wire="optional", record="pipeline", recorded_when_set=True)
 
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
@@ -216,6 +222,10 @@ class JobOptions:
     def fingerprint(self) -> str:
         return fingerprint(self.to_proto())
 
+    @property
+    def sample_seed(self) -> int:
+        """The seed of each sample's augmentation: augment_seed, else seed."""
+        return self.seed if self.augment_seed is None else self.augment_seed
 
     @property
     def identity(self) -> str:

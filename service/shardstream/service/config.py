@@ -132,6 +132,10 @@ class ServiceConfig:
         DEFAULT_LIMITS.seq_len, "the longest token window, tokens (format 'tokens', format_args seq_len); each "
         "sample is two int64 arrays of it. Also the longest text the 'tokenize' transform makes (its max_length, "
         "or any text without one: a longer one is a corrupt sample)", minimum=1)
+    max_line_bytes: int = setting(
+        DEFAULT_LIMITS.line_bytes, "the longest line of a JSON Lines file, bytes (format 'jsonl', format_args "
+        "max_line_bytes, which it is by default); a decoder holds a line whole, parsed, while it reads it; a "
+        "dataset with a longer line is refused when the job opens, naming the line", minimum=1)
     max_image_side: int = setting(
         DEFAULT_LIMITS.image_side, "the largest side of an image the built-in image transform makes, pixels "
         "(transform_args size, resize_short)", minimum=1)

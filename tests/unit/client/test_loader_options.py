@@ -31,7 +31,7 @@ GROUPS = {"order": OrderOptions, "format_options": FormatOptions, "delivery": De
 
 
 def test_every_keyword_of_before_is_still_an_option() -> None:
-    assert set(KEYWORDS_BEFORE) - {"address"} == {f.name for f, _, _ in DECLARED}
+    assert set(KEYWORDS_BEFORE) - {"address"} <= {f.name for f, _, _ in DECLARED}
 
 
 def test_help_shows_every_option_with_its_declared_help() -> None:

@@ -23,7 +23,7 @@ OTHER: dict[str, Any] = {
     "world_size": 3, "transform": "image", "transform_args": {"size": 8, "flip": True}, "columns": ("a", "b"),
     "on_corrupt": "skip", "shuffle_block": 100, "weights": "w", "bucket_by": "length", "bucket_window": 8,
     "format": "tokens", "format_args": {"seq_len": 16}, "seq_len": 32, "dtype": "uint16", "url_column": "u",
-    "collate": "pad", "pad_value": -1.5, "nulls": "mask",
+    "collate": "pad", "pad_value": -1.5, "nulls": "mask", "augment_seed": 0,
 }
 TOGETHER: dict[str, dict[str, Any]] = {  # what an option needs beside it
     "shuffle_block": {"shuffle": True}, "bucket_window": {"bucket_by": "length"}, "bucket_by": {"bucket_window": 8},
@@ -111,6 +111,15 @@ def test_the_fingerprint_and_differences_see_every_option(name: str) -> None:
     else:
         assert changed.fingerprint != base.fingerprint
     assert any(d.startswith(f"{name}: ") for d in base.differences(changed))
+
+
+def test_augment_seed_zero_is_a_seed_and_unset_is_seed() -> None:
+    unset, zero = make(seed=5), make(seed=5, augment_seed=0)
+    assert not unset.to_proto().HasField("augment_seed") and zero.to_proto().HasField("augment_seed")
+    assert JobOptions.from_proto(zero.to_proto()).augment_seed == 0
+    assert JobOptions.from_proto(unset.to_proto()).augment_seed is None
+    assert (unset.sample_seed, zero.sample_seed) == (5, 0)
+    assert unset.fingerprint == make(seed=5).fingerprint != zero.fingerprint  # unset: as before the option
 
 
 def test_no_differences_between_equal_specs() -> None:

@@ -36,7 +36,8 @@ def options(case: FormatCase) -> dict[str, Any]:
     o = case.options
     format_args = {key: o[key] for key in ("seq_len", "dtype") if key in o}
     return {"format": o.get("format", ""), "format_args": format_args, "transform": o.get("transform", ""),
-            "transform_args": o.get("transform_args", {}), "columns": tuple(o.get("columns", ()))}
+            "transform_args": o.get("transform_args", {}), "columns": tuple(o.get("columns", ())),
+            "collate": o.get("collate", "")}
 
 
 def test_a_good_parquet_dataset_passes_with_the_jobs_fingerprint(tmp_path: Path) -> None:

@@ -59,7 +59,7 @@ class TransformSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "batch_size", "shuffle", "seed", "drop_last", "world_size", "transform", "columns", "on_corrupt", "shuffle_block", "format", "format_args_json", "collate", "pad_value", "weights", "bucket_by", "bucket_window", "nulls")
+    __slots__ = ("dataset", "batch_size", "shuffle", "seed", "drop_last", "world_size", "transform", "columns", "on_corrupt", "shuffle_block", "format", "format_args_json", "collate", "pad_value", "weights", "bucket_by", "bucket_window", "nulls", "augment_seed")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SHUFFLE_FIELD_NUMBER: _ClassVar[int]
@@ -78,6 +78,7 @@ class JobSpec(_message.Message):
     BUCKET_BY_FIELD_NUMBER: _ClassVar[int]
     BUCKET_WINDOW_FIELD_NUMBER: _ClassVar[int]
     NULLS_FIELD_NUMBER: _ClassVar[int]
+    AUGMENT_SEED_FIELD_NUMBER: _ClassVar[int]
     dataset: _containers.RepeatedScalarFieldContainer[str]
     batch_size: int
     shuffle: bool
@@ -96,7 +97,8 @@ class JobSpec(_message.Message):
     bucket_by: str
     bucket_window: int
     nulls: str
-    def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ..., shuffle_block: _Optional[int] = ..., format: _Optional[str] = ..., format_args_json: _Optional[str] = ..., collate: _Optional[str] = ..., pad_value: _Optional[float] = ..., weights: _Optional[str] = ..., bucket_by: _Optional[str] = ..., bucket_window: _Optional[int] = ..., nulls: _Optional[str] = ...) -> None: ...
+    augment_seed: int
+    def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ..., shuffle_block: _Optional[int] = ..., format: _Optional[str] = ..., format_args_json: _Optional[str] = ..., collate: _Optional[str] = ..., pad_value: _Optional[float] = ..., weights: _Optional[str] = ..., bucket_by: _Optional[str] = ..., bucket_window: _Optional[int] = ..., nulls: _Optional[str] = ..., augment_seed: _Optional[int] = ...) -> None: ...
 
 class OpenJobRequest(_message.Message):
     __slots__ = ("protocol_version", "job_name", "spec", "rank", "priority")

@@ -47,7 +47,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     validate = commands.add_parser("validate", help="check a dataset opens and decodes, in this process, "
                                    "before a job (no service)")
     validate.add_argument("dataset", nargs="+", help="files, directories or globs (any fsspec URL)")
-    validate.add_argument("--format", default="", help="parquet, tokens, webdataset, imagefolder, manifest "
+    validate.add_argument("--format", default="", help="parquet, tokens, webdataset, imagefolder, manifest, jsonl "
                           "(default: from the names)")
     validate.add_argument("--format-arg", action="append", default=[], metavar="KEY=VALUE",
                           help="a format option, VALUE as JSON or else a string: seq_len=1024 (repeatable)")

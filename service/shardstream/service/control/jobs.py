@@ -165,13 +165,15 @@ class JobRegistry:
     def __init__(self, allowed_transform_modules: tuple[str, ...],
                  access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None,
                  max_cache_bytes: int | None = None, max_jobs: int = DEFAULT_MAX_JOBS,
-                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES, limits: RequestLimits = DEFAULT_LIMITS) -> None:
+                 max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+                 max_line_bytes: int = DEFAULT_LIMITS.line_bytes, limits: RequestLimits = DEFAULT_LIMITS) -> None:
         self.allowed_transform_modules = allowed_transform_modules
         self.access = access or DatasetAccess(())
         self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
         self.max_cache_bytes = max_cache_bytes  # per job, of each decode actor's prepared samples
         self.max_jobs = max_jobs  # jobs held at once; a new one past it is refused (TooManyJobs)
         self.max_batch_bytes = max_batch_bytes  # one batch, as a decode actor builds it (max_message_bytes)
+        self.max_line_bytes = max_line_bytes  # a JSON Lines file's longest line, unless the job asks for less
         self.limits = limits  # the request limits, as built-in transforms take them (max_seq_len)
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[tuple[str, str], Job] = {}  # (owner, name) -> the job
@@ -262,7 +264,8 @@ class JobRegistry:
             if planned and columns and planned not in columns:
                 columns = (*columns, planned)
         index = index_dataset(spec.dataset, columns, allow=check, format=spec.format,
-                              format_args=job_format_args(spec.format, spec.format_args, dict(spec.transform_args)))
+                              format_args=job_format_args(spec.format, spec.format_args, dict(spec.transform_args),
+                                                          self.max_line_bytes))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         selected = [f for f in index.schema if not spec.columns or f.name in spec.columns]  # not the plan's
         check_job_schema(pa.schema(selected), transform, spec.collate, index, spec.nulls)

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute
 
 from shardstream.proto.errors import InvalidJobSpec
-from shardstream.service.dataset import DatasetIndex, in_parallel
+from shardstream.service.dataset import UNREADABLE_COLUMN, DatasetIndex, in_parallel
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.storage_reader import StorageReader
 
@@ -31,12 +31,27 @@ def read_column(index: DatasetIndex, column: str, what: str) -> pa.ChunkedArray:
     storage = StorageReader(SharedReadCounters())
     units = [(shard, unit) for shard in index.shards for unit in range(len(shard.row_group_rows))]
     tables = in_parallel(lambda su: storage.row_group(su[0], su[1], [column]), units, what)
+    _check_readable(index, tables)
     values = pa.chunked_array([c for table in tables for c in table.column(column).chunks],
                               type=index.schema.field(column).type)
     if values.null_count:
         first = int(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False))[0])
         raise InvalidJobSpec(f"sample {first} ({index.describe(first)}) has no {what} ({column!r} is null)")
     return values
+
+
+def _check_readable(index: DatasetIndex, tables: list[pa.Table]) -> None:
+    """InvalidJobSpec naming the first sample its format could not read (a JSON line that does not
+    parse): its value is no value."""
+    start = 0
+    for table in tables:
+        if UNREADABLE_COLUMN in table.column_names:
+            marks = table.column(UNREADABLE_COLUMN)
+            if marks.null_count != len(marks):
+                row = int(np.flatnonzero(marks.is_valid().to_numpy(zero_copy_only=False))[0])
+                raise InvalidJobSpec(f"sample {start + row} ({index.describe(start + row)}) cannot be read: "
+                                     f"{marks[row].as_py()}")
+        start += len(table)
 
 
 def read_weights(index: DatasetIndex, column: str) -> np.ndarray:

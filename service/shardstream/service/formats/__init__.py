@@ -3,7 +3,9 @@
 ``format=""`` (the default) picks one from the dataset's names: ``.tar``
 shards (or directories of them) are WebDataset, anything else is Parquet.
 Token files, image folders and manifests are named (``format="tokens"``...):
-their names do not say how to read them.
+their names do not say how to read them. JSON Lines are named too
+(``format="jsonl"``): their columns are inferred from their values, which a
+user opts into, and format="" keeps meaning what it meant before they existed.
 """
 
 from __future__ import annotations
@@ -16,17 +18,19 @@ from shardstream.proto.errors import DatasetNotFound, InvalidJobSpec
 from shardstream.service.dataset import DatasetIndex, allow_any, filesystem, is_listed
 from shardstream.service.formats.base import Allow, DatasetFormat
 from shardstream.service.formats.imagefolder import ImageFolderFormat
+from shardstream.service.formats.jsonl import JsonlFormat
 from shardstream.service.formats.manifest import ManifestFormat
 from shardstream.service.formats.parquet import SUFFIXES as PARQUET_SUFFIXES
 from shardstream.service.formats.parquet import ParquetFormat
 from shardstream.service.formats.tokens import TokenFormat
 from shardstream.service.formats.webdataset import SUFFIXES as TAR_SUFFIXES
 from shardstream.service.formats.webdataset import WebDatasetFormat
+from shardstream.service.limits import DEFAULT_LIMITS
 
 log = logging.getLogger(__name__)
 
 FORMATS: dict[str, DatasetFormat] = {f.name: f for f in (ParquetFormat(), TokenFormat(), WebDatasetFormat(),
-                                                     ImageFolderFormat(), ManifestFormat())}
+                                                     ImageFolderFormat(), ManifestFormat(), JsonlFormat())}
 
 
 def get_format(name: str) -> DatasetFormat:
@@ -73,14 +77,17 @@ def index_dataset(dataset: tuple[str, ...], columns: tuple[str, ...] = (), allow
     return index
 
 
-def job_format_args(format: str, format_args: dict[str, Any] | str | None,
-                    transform_args: dict[str, Any]) -> dict[str, Any]:
+def job_format_args(format: str, format_args: dict[str, Any] | str | None, transform_args: dict[str, Any],
+                    max_line_bytes: int = DEFAULT_LIMITS.line_bytes) -> dict[str, Any]:
     """A job's format options as the service completes them: a manifest's bytes go to the
-    transform's column unless `bytes_column` says otherwise."""
+    transform's column unless `bytes_column` says otherwise; a JSON line is at most the service's
+    `max_line_bytes` setting unless the job asks for less (spec_limits.py refuses more)."""
     args = json.loads(format_args) if isinstance(format_args, str) else dict(format_args or {})
     column = transform_args.get("column")
     if format == "manifest" and "bytes_column" not in args and isinstance(column, str):
         args["bytes_column"] = column
+    if format == "jsonl" and "max_line_bytes" not in args:
+        args["max_line_bytes"] = max_line_bytes
     return args
 
 

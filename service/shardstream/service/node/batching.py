@@ -32,6 +32,7 @@ from shardstream.proto.errors import CorruptSample, ShardstreamError
 from shardstream.proto.wire import WIRE_DTYPES, Allocate, BatchFrame, FrameHeader
 from shardstream.proto.wire_values import WireTensor
 from shardstream.proto.writable_bytes import writable_bytes
+from shardstream.service.dataset import UNREADABLE_COLUMN
 from shardstream.service.node.batch_bytes import check_batch_bytes, gathered_nbytes, sample_nbytes
 from shardstream.service.node.frame_filler import FrameFiller
 from shardstream.service.node.native_batch import native_batch
@@ -99,7 +100,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 except UnreadableSample as exc:
                     raise _corrupt(job, index, exc) from None
             return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
-        pieces = reader.pieces(indices)
+        pieces = _readable_pieces(job, reader.pieces(indices), indices)
         check_batch_bytes(gathered_nbytes(pieces), job.max_batch_bytes, len(indices), len(indices),
                           lambda: f"samples {_first_and_last(job, indices)}")
         try:
@@ -128,7 +129,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     filler = FrameFiller(header, used, allocate, samples) if frames_ahead else None  # type: ignore[arg-type]
     replaced = 0
     built = 0  # bytes of the samples so far
-    rngs = sample_rngs(job.spec.seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
+    rngs = sample_rngs(job.spec.sample_seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
     augment_into = getattr(transform, "augment_into", None) if filler is not None and augment is not None else None
     with _sending_home(prepared_samples):
         for position in range(len(used)):
@@ -194,7 +195,7 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
     made here as the loop below makes them; None where that path does not apply, or a sample left
     fails and is to be replaced (the loop replaces it)."""
     assert header is not None
-    batch = native_batch(transform, transform.column, job.spec.seed, epoch, reader, used, header, allocate, prepared,
+    batch = native_batch(transform, transform.column, job.spec.sample_seed, epoch, reader, used, header, allocate, prepared,
                          prepared_samples.keeps_now if prepared_samples is not None else None, job.max_batch_bytes)
     if batch is None:
         return None
@@ -209,7 +210,7 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
                 sample, augmented = made_sample(transform, row, index, prepared_samples, None, None, None,
                                                 batch.keeps.get(position))
             if not augmented:
-                sample = augment_sample(transform, sample, job.spec.seed, epoch, index)
+                sample = augment_sample(transform, sample, job.spec.sample_seed, epoch, index)
         except Exception as exc:
             if job.spec.on_corrupt != "skip":
                 raise _corrupt(job, index, exc) from None
@@ -250,6 +251,29 @@ def _gather_columns(job: DecodeJob, pieces: list[Piece], indices: np.ndarray, he
     frame = BatchFrame(header, specs, np.asarray(indices), 0, allocate)
     return DecodedBatch(arrays=gather_arrays(pieces, len(indices), out=frame.arrays, masks=masks),
                         indices=np.asarray(indices), message=frame.message)
+
+
+def _readable_pieces(job: DecodeJob, pieces: list[Piece], indices: np.ndarray) -> list[Piece]:
+    """The pieces without their format's unreadable marker (a JSON line that does not parse);
+    CorruptSample naming the batch's first sample its format could not read. Columns gathered
+    without a transform have no replacement (on_corrupt applies to transforms)."""
+    found: list[Piece] = []
+    first: tuple[int, str] | None = None  # (position in the batch, why)
+    for piece in pieces:
+        if UNREADABLE_COLUMN not in piece.table.column_names:
+            found.append(piece)
+            continue
+        marks = piece.table.column(UNREADABLE_COLUMN)
+        if marks.null_count != len(marks):
+            why = marks.take(pa.array(piece.rows)).to_pylist()
+            bad = [(int(at), reason) for at, reason in zip(piece.at.tolist(), why, strict=True) if reason is not None]
+            if bad and (first is None or bad[0][0] < first[0]):
+                first = bad[0]
+        found.append(Piece(piece.table.drop_columns([UNREADABLE_COLUMN]), piece.rows, piece.at))
+    if first is not None:
+        index = int(indices[first[0]])
+        raise CorruptSample(f"sample {index} ({job.index.describe(index)}) cannot be read: {first[1]}")
+    return found
 
 
 def _first_and_last(job: DecodeJob, indices: np.ndarray) -> str:
@@ -309,7 +333,7 @@ def _replacement(job: DecodeJob, reader: ShardReader, transform: SampleTransform
         candidate = (index + step) % n
         row = reader.read(np.array([candidate])).to_pylist()[0]
         try:
-            return candidate, transform_sample(transform, row, job.spec.seed, epoch, candidate)
+            return candidate, transform_sample(transform, row, job.spec.sample_seed, epoch, candidate)
         except Exception:
             continue
     raise CorruptSample(

@@ -26,10 +26,9 @@ IMAGE_ARGS: dict[str, Any] = {"size": 16, "mode": "random_crop", "flip": True}
 
 
 def _job(index: DatasetIndex, transform: str = "", args: dict[str, Any] | None = None,
-         on_corrupt: str = "fail", seed: int = 3) -> DecodeJob:
-    return DecodeJob.alone("j", index, transform=transform,
-                     transform_args=args or {}, seed=seed,
-                     on_corrupt=on_corrupt)
+         on_corrupt: str = "fail", seed: int = 3, augment_seed: int | None = None) -> DecodeJob:
+    return DecodeJob.alone("j", index, transform=transform, transform_args=args or {}, seed=seed,
+                           on_corrupt=on_corrupt, augment_seed=augment_seed)
 
 
 def _decode(job: DecodeJob, epoch: int, indices: list[int]) -> DecodedBatch:
@@ -92,6 +91,27 @@ def test_augmentation_changes_with_epoch_and_seed(images_index: DatasetIndex) ->
     s9 = _decode(_job(images_index, "image", IMAGE_ARGS, seed=9), 0, indices).arrays["image"]
     assert not np.array_equal(e0, e1)
     assert not np.array_equal(e0, s9)
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["one native call", "one sample at a time"])
+def test_augment_seed_draws_the_augmentations_seed_would_and_nothing_else(
+        images_index: DatasetIndex, monkeypatch: pytest.MonkeyPatch, batched: bool) -> None:
+    if not batched:
+        one_sample_at_a_time(monkeypatch)
+    crops = native_crops(monkeypatch)
+    indices = np.array([7, 1, 3, 0, 2, 8], dtype=np.int64)  # 0, 2 and 8 are JPEGs
+
+    def images(seed: int, augment_seed: int | None = None) -> np.ndarray:
+        job = _job(images_index, "image", IMAGE_ARGS, seed=seed, augment_seed=augment_seed)
+        built = build_transform(job.spec.transform, job.spec.transform_args, ())
+        framed = decode_batch(job, memory_reader(job.index), built, 1, indices, FrameHeader(1, 0, 3), _one_slot())
+        return np.array(framed.arrays["image"])
+
+    own = images(3, augment_seed=9)
+    assert len(crops) == 3  # the native crop made the JPEGs' rows
+    np.testing.assert_array_equal(own, images(9))
+    assert not np.array_equal(own, images(3))
+    assert not np.array_equal(images(3, augment_seed=0), images(3))  # 0 is a seed, not "unset"
 
 
 def test_corrupt_sample_fails_naming_file_and_row(images_index: DatasetIndex) -> None:
