@@ -166,8 +166,8 @@ def test_the_manifest_names_the_dataset_pipeline_and_order(service_address: str,
     assert manifest["pipeline"]["columns"] == ["idx"] and len(manifest["pipeline"]["hash"]) == 16
     assert manifest["order"] == {"world_size": 2, "batch_size": 4, "shuffle": True, "seed": 5, "drop_last": False,
                                  "shuffle_block": 0, "weights": "", "bucket_by": "", "bucket_window": 0}
-    assert set(manifest["service"]) == {"shardstream", "torch", "pyarrow", "pillow", "simplejpeg", "python",
-                                        "native_jpeg_crop"}
+    assert set(manifest["service"]) == {"shardstream", "torch", "pyarrow", "pillow", "simplejpeg", "tokenizers",
+                                        "python", "native_jpeg_crop"}
     assert manifest["service"]["native_jpeg_crop"].count(".") == 2  # the libjpeg-turbo it was built with
     assert manifest["service"]["torch"] and manifest["service"]["pyarrow"]
 

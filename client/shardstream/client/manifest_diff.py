@@ -2,7 +2,7 @@
 
 A resumed job whose dataset or pipeline changed would not continue the run it
 resumes, so ``load_state_dict`` refuses it, naming the files and settings
-that differ. The service's package versions may change between runs (an
+that differ (a transform's own files too: another tokenizer.json). The service's package versions may change between runs (an
 upgraded image): that is reported, not refused.
 """
 
@@ -23,13 +23,17 @@ def refusals(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
             out.append(f"order {key}: {order_was.get(key)!r} -> {order_is.get(key)!r}")
     before, after = saved.get("pipeline", {}), now.get("pipeline", {})
     if before.get("hash") != after.get("hash"):
-        for key in sorted((set(before) | set(after)) - {"hash", "code"}):
+        for key in sorted((set(before) | set(after)) - {"hash", "code", "files"}):
             if before.get(key) != after.get(key):
                 out.append(f"pipeline {key}: {before.get(key)!r} -> {after.get(key)!r}")
         for name in sorted(set(before.get("code", {})) | set(after.get("code", {}))):
             was, is_ = before.get("code", {}).get(name), after.get("code", {}).get(name)
             if was != is_:
                 out.append(f"the code of {name!r} changed ({_code(was)} -> {_code(is_)})")
+        for arg in sorted(set(before.get("files", {})) | set(after.get("files", {}))):
+            was, is_ = before.get("files", {}).get(arg), after.get("files", {}).get(arg)
+            if was != is_:
+                out.append(f"the transform's {arg} file changed ({_file(was)} -> {_file(is_)})")
     return out
 
 
@@ -61,6 +65,13 @@ def _dataset(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
         out.append(f"dataset fingerprint {before.get('fingerprint')} -> {after.get('fingerprint')} "
                    f"({before.get('shard_count')} -> {after.get('shard_count')} shards)")
     return out
+
+
+def _file(identity: dict[str, str] | None) -> str:
+    """A file a transform read (the tokenizer's tokenizer.json), as the manifest records it."""
+    if not identity:
+        return "none"
+    return f"{identity.get('url')!r} sha256 {str(identity.get('sha256'))[:16]}"
 
 
 def _code(identity: dict[str, str] | None) -> str:

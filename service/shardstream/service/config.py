@@ -130,7 +130,8 @@ class ServiceConfig:
     max_epoch: int = setting(DEFAULT_LIMITS.epoch, "the latest epoch a rank may fetch", minimum=0)
     max_seq_len: int = setting(
         DEFAULT_LIMITS.seq_len, "the longest token window, tokens (format 'tokens', format_args seq_len); each "
-        "sample is two int64 arrays of it", minimum=1)
+        "sample is two int64 arrays of it. Also the longest text the 'tokenize' transform makes (its max_length, "
+        "or any text without one: a longer one is a corrupt sample)", minimum=1)
     max_line_bytes: int = setting(
         DEFAULT_LIMITS.line_bytes, "the longest line of a JSON Lines file, bytes (format 'jsonl', format_args "
         "max_line_bytes, which it is by default); a decoder holds a line whole, parsed, while it reads it; a "

@@ -23,7 +23,7 @@ class RequestLimits:
     shuffle_block: int = 2**30
     bucket_window: int = 65_536  # batches
     epoch: int = 2**31 - 1
-    seq_len: int = 1_048_576  # tokens per sample (format "tokens")
+    seq_len: int = 1_048_576  # tokens per sample (format "tokens"; transform "tokenize": max_length, or any text)
     line_bytes: int = 16 * 2**20  # a line of a JSON Lines file (format "jsonl"), held whole while parsed
     image_side: int = 8_192  # pixels (transform "image": size, resize_short)
     dataset_entries: int = 100_000

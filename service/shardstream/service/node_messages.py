@@ -15,6 +15,7 @@ from typing import Any
 
 from shardstream.proto.job_options import JobOptions
 from shardstream.service.dataset import DatasetIndex
+from shardstream.service.limits import DEFAULT_LIMITS, RequestLimits
 from shardstream.service.plan import SamplingSpec
 
 DEFAULT_MAX_BATCH_BYTES = 1 << 30  # ServiceConfig.max_message_bytes's default
@@ -35,6 +36,10 @@ class DecodeJob:
     owner: str = ""  # the identity that opened it: only that identity's streams get its batches
     max_cache_bytes: int | None = None  # prepared samples it may keep from each actor (prepared_cache.py)
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES  # one batch as it is built (batch_bytes.py)
+    limits: RequestLimits = DEFAULT_LIMITS  # the service's, as built-in transforms take them (max_seq_len)
+    # URL -> SHA-256 of each file its transform read when it opened (a tokenizer.json): an actor that
+    # reads other bytes refuses the job (transforms/transform_files.py)
+    transform_files: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def alone(cls, job_id: str, index: DatasetIndex, *, allowed_transform_modules: tuple[str, ...] = (),

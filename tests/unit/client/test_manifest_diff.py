@@ -57,3 +57,16 @@ def test_pipeline_and_code_changes_are_named_and_package_upgrades_noted() -> Non
     assert refusals(saved, now) == ["order seed: 0 -> 1", "pipeline transform_args: {'size': 224} -> {'size': 256}",
                                     "the code of 'm:t' changed (sha256 aaa -> sha256 bbb)"]
     assert notes(saved, now) == ["torch 2.13.0 -> 2.14.0"]
+
+
+def test_a_transforms_file_added_removed_or_changed_is_named() -> None:
+    saved = manifest()
+    saved["pipeline"]["files"] = {"tokenizer": {"url": "gs://b/tok.json", "sha256": "a" * 64}}
+    now = copy.deepcopy(saved)
+    now["pipeline"].update(hash="h2")
+    now["pipeline"]["files"]["tokenizer"]["sha256"] = "b" * 64
+    assert refusals(saved, now) == [f"the transform's tokenizer file changed ('gs://b/tok.json' sha256 {'a' * 16} "
+                                    f"-> 'gs://b/tok.json' sha256 {'b' * 16})"]
+    del now["pipeline"]["files"]
+    assert refusals(saved, now) == [f"the transform's tokenizer file changed ('gs://b/tok.json' sha256 {'a' * 16} "
+                                    "-> none)"]

@@ -25,6 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from shardstream.proto.errors import (
+    DatasetNotAllowed,
     InvalidJobSpec,
     JobNotFound,
     JobSpecConflict,
@@ -39,13 +40,14 @@ from shardstream.service.control.rate import RateMeter
 from shardstream.service.control.reproducibility import job_manifest
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
-from shardstream.service.limits import DEFAULT_LIMITS, DEFAULT_MAX_JOBS
+from shardstream.service.limits import DEFAULT_LIMITS, DEFAULT_MAX_JOBS, RequestLimits
 from shardstream.service.node_messages import DEFAULT_MAX_BATCH_BYTES, DecodeJob, JobServed
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.shares import DEFAULT_CLASS
 from shardstream.service.transforms import build_transform
 from shardstream.service.transforms.collate import build_collation
 from shardstream.service.transforms.job_schema import check_job_schema
+from shardstream.service.transforms.transform_files import argument_urls, files_of
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +166,7 @@ class JobRegistry:
                  access: DatasetAccess | None = None, priority_weights: dict[str, float] | None = None,
                  max_cache_bytes: int | None = None, max_jobs: int = DEFAULT_MAX_JOBS,
                  max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-                 max_line_bytes: int = DEFAULT_LIMITS.line_bytes) -> None:
+                 max_line_bytes: int = DEFAULT_LIMITS.line_bytes, limits: RequestLimits = DEFAULT_LIMITS) -> None:
         self.allowed_transform_modules = allowed_transform_modules
         self.access = access or DatasetAccess(())
         self.priority_weights = priority_weights or {DEFAULT_CLASS: 1.0}
@@ -172,6 +174,7 @@ class JobRegistry:
         self.max_jobs = max_jobs  # jobs held at once; a new one past it is refused (TooManyJobs)
         self.max_batch_bytes = max_batch_bytes  # one batch, as a decode actor builds it (max_message_bytes)
         self.max_line_bytes = max_line_bytes  # a JSON Lines file's longest line, unless the job asks for less
+        self.limits = limits  # the request limits, as built-in transforms take them (max_seq_len)
         self._jobs: dict[str, Job] = {}
         self._by_name: dict[tuple[str, str], Job] = {}  # (owner, name) -> the job
         self._opening: dict[tuple[str, str], list[Any]] = {}  # (owner, name) -> [its lock, holders]
@@ -242,8 +245,15 @@ class JobRegistry:
     def _create(self, name: str, spec: JobOptions, priority: str, owner: str = "",
                 allow: Callable[[str], None] | None = None) -> Job:
         check = self.access.check if allow is None else functools.partial(_both, allow, self.access.check)
+        for arg, url in argument_urls(spec.transform, spec.transform_args).items():  # before it is read
+            try:
+                check(url)
+            except (DatasetNotAllowed, InvalidJobSpec) as exc:
+                raise type(exc)(f"transform {spec.transform!r} would read its {arg} file {url[:200]!r}, "
+                                f"which is held to the dataset rules: {exc}") from None
         try:
-            transform = build_transform(spec.transform, dict(spec.transform_args), self.allowed_transform_modules)
+            transform = build_transform(spec.transform, dict(spec.transform_args), self.allowed_transform_modules,
+                                        self.limits)
         except ShardstreamError:
             raise
         except Exception as exc:  # a user factory's own error: the spec's, not the service's
@@ -259,6 +269,7 @@ class JobRegistry:
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         selected = [f for f in index.schema if not spec.columns or f.name in spec.columns]  # not the plan's
         check_job_schema(pa.schema(selected), transform, spec.collate, index, spec.nulls)
+        files = files_of(transform)  # what it read besides the dataset: pinned for the decode actors
         # Stable across restarts; an owner's jobs are its own (the same name under another is another job).
         key = f"{owner}\0{name}\0{spec.identity}" if owner else f"{name}\0{spec.identity}"
         job_id = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -271,9 +282,10 @@ class JobRegistry:
         decode = DecodeJob(job_id=job_id, index=index, spec=spec,
                            allowed_transform_modules=self.allowed_transform_modules, sampling=sampling,
                            weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes,
-                           owner=owner, max_batch_bytes=self.max_batch_bytes)
+                           owner=owner, max_batch_bytes=self.max_batch_bytes, limits=self.limits,
+                           transform_files={file.url: file.sha256 for file in files.values()})
         return Job(job_id=job_id, name=name, spec=spec, index=index, sampling=sampling, decode=decode,
-                   manifest=job_manifest(spec, index), priority=priority, owner=owner)
+                   manifest=job_manifest(spec, index, files), priority=priority, owner=owner)
 
     def expire(self, idle_ttl_s: float, streaming: Collection[str] = ()) -> list[Job]:
         """Forget jobs that sent nothing for idle_ttl_s and have no open stream (job ids in

@@ -9,12 +9,14 @@ job whose dataset or pipeline changed is refused naming what changed
   generation, ETag or mtime; for image folders and manifests, a group of up
   to 4,096 files with a digest of their versions), up to MAX_SHARDS of them;
 - the pipeline: transform, its arguments, columns, collate, the corrupt
-  policy, and the code of a user transform or collate (its module's file
-  hash and package version), with a hash of all of it;
+  policy, the code of a user transform or collate (its module's file
+  hash and package version), and the files a built-in transform read
+  (the tokenize transform's tokenizer.json: URL and SHA-256), with a hash
+  of all of it;
 - the order contract's parameters;
 - the versions of what decodes on the service (shardstream, torch, pyarrow,
-  Pillow, simplejpeg, Python, and the libjpeg-turbo of the native JPEG crop, or
-  None where it is not used).
+  Pillow, simplejpeg, tokenizers, Python, and the libjpeg-turbo of the native
+  JPEG crop, or None where it is not used).
 """
 
 from __future__ import annotations
@@ -24,24 +26,30 @@ import importlib
 import importlib.metadata
 import json
 import platform
+from collections.abc import Mapping
 from typing import Any
 
 from shardstream.proto.job_options import JobOptions
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.transforms import jpeg_crop
+from shardstream.service.transforms.transform_files import TransformFile
 
 MANIFEST_VERSION = 1
 MAX_SHARDS = 1000  # listed one by one; beyond, the fingerprint stands for them
 PACKAGES = {"shardstream": "shardstream", "torch": "torch", "pyarrow": "pyarrow", "pillow": "Pillow",
-            "simplejpeg": "simplejpeg"}
+            "simplejpeg": "simplejpeg", "tokenizers": "tokenizers"}
 
 
-def job_manifest(spec: JobOptions, index: DatasetIndex) -> dict[str, Any]:
+def job_manifest(spec: JobOptions, index: DatasetIndex,
+                 files: Mapping[str, TransformFile] | None = None) -> dict[str, Any]:
+    """`files`: what the transform read besides the dataset, by argument (transform_files.py)."""
     shards = [{"url": s.url, "size": s.size, "version": s.version, "samples": s.num_rows} for s in index.shards]
     pipeline: dict[str, Any] = {
         **spec.recorded("pipeline"),  # an option recorded only when set keeps older jobs' hashes
         "code": {name: code_identity(name) for name in (spec.transform, spec.collate) if ":" in name},
     }
+    if files:  # likewise: only a transform that reads a file records one
+        pipeline["files"] = {arg: file.record() for arg, file in files.items()}
     pipeline["hash"] = hashlib.sha256(json.dumps(pipeline, sort_keys=True).encode()).hexdigest()[:16]
     return {
         "version": MANIFEST_VERSION,

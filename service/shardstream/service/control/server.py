@@ -141,7 +141,8 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     registry = JobRegistry(config.allowed_transform_modules, DatasetAccess(config.allowed_dataset_prefixes,
                            protocols=config.dataset_protocols),
                            priority_weights(config.priority_classes), config.job_max_cache_bytes,
-                           config.max_jobs, config.max_message_bytes, config.max_line_bytes)
+                           config.max_jobs, config.max_message_bytes, config.max_line_bytes,
+                           config.request_limits)
     pool.on_served = registry.record_served
     scaling = _decode_scaling(config, pool, registry)
     storage_calls = StorageCalls(config.max_abandoned_storage_calls)

@@ -3,7 +3,8 @@
 Sizes first (counts, lengths, the JSON texts' bytes and nesting), so nothing later parses an
 unbounded text or recurses once per level of it; then the numbers that size what the service
 makes for the job (world_size, batch_size, ...), including the few inside the JSON options that
-size a sample (a token window's seq_len, a JSON line's bytes, an image's sides).
+size a sample (a token window's seq_len or a tokenized text's max_length, a JSON line's bytes,
+an image's sides).
 """
 
 from __future__ import annotations
@@ -76,11 +77,13 @@ def _bounded_json(field: str, text: str, limits: RequestLimits) -> Any:
 
 
 def _check_sample_size(transform: str, transform_args: Any, format_args: Any, limits: RequestLimits) -> None:
-    """The options that size every sample: a token window's seq_len, a JSON line's max_line_bytes, an
-    image transform's sides."""
+    """The options that size every sample: a token window's seq_len, a JSON line's max_line_bytes, the
+    tokenize transform's max_length, an image transform's sides."""
     if isinstance(format_args, dict):
         _check_int("format_args seq_len", format_args.get("seq_len"), limits, "seq_len")
         _check_int("format_args max_line_bytes", format_args.get("max_line_bytes"), limits, "line_bytes")
+    if transform == "tokenize" and isinstance(transform_args, dict):
+        _check_int("transform_args max_length", transform_args.get("max_length"), limits, "seq_len")
     if transform == "image" and isinstance(transform_args, dict):
         size = transform_args.get("size")
         for side in size if isinstance(size, list) else [size]:

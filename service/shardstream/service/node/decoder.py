@@ -47,6 +47,7 @@ from shardstream.service.plan import PlanCache, check_step
 from shardstream.service.tls import TlsFiles
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.collate import Collation, build_collation
+from shardstream.service.transforms.transform_files import check_pinned
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +97,9 @@ class DecodeWorker:
                 return
         job: DecodeJob = ray.get(job_ref)
         reader = ShardReader(job.index, list(job.spec.columns) or None, self._source, self._loaders)
-        transform = build_transform(job.spec.transform, job.spec.transform_args, job.allowed_transform_modules)
+        transform = build_transform(job.spec.transform, job.spec.transform_args, job.allowed_transform_modules,
+                                    job.limits)
+        check_pinned(transform, job.transform_files)  # the tokenizer the job opened with, or refused
         collation = build_collation(job.spec.collate, job.spec.pad_value, job.allowed_transform_modules)
         prepared = None if self._prepared is None else self._prepared.for_transform(
             job.index, job.spec.transform, job.spec.transform_args, job.spec.columns, transform, job.max_cache_bytes)

@@ -18,9 +18,11 @@ jobs and actors; after a node restart an empty tier simply fills again.
 
 Keys: the shard's URL, size and version (generation, ETag or mtime), the row
 in it, and the prepare identity (transform name and arguments, the columns
-read, and the code: shardstream's version for a built-in transform, a digest
-of the module's source for a user one). A rewritten shard has a new version,
-so it is read and prepared again, never served stale.
+read, the code: shardstream's version for a built-in transform, a digest
+of the module's source for a user one, and the transform's `cache_identity`
+where it has one: the tokenize transform's tokenizer.json SHA-256). A
+rewritten shard has a new version, and a rewritten tokenizer.json another
+hash, so it is read and prepared again, never served stale.
 
 With decode actors on several nodes, each sample has a home node, and the
 others ask it before preparing the sample themselves (prepared_peers.py); a
@@ -92,7 +94,9 @@ def default_disk_directory(local_copy_dir: str = "") -> str:
 
 def prepare_identity(name: str, args: dict[str, Any], columns: Sequence[str], transform: Any) -> str:
     """What a prepared sample depends on besides its row: the transform, its arguments, the
-    columns read, and its code."""
+    columns read, its code, and what the transform's `cache_identity` names besides (the tokenize
+    transform's: its tokenizer.json's SHA-256, so a file rewritten under the same path is another
+    key, and the tokenizers library's version)."""
     module = type(transform).__module__
     if module.startswith("shardstream."):
         try:
@@ -105,7 +109,11 @@ def prepare_identity(name: str, args: dict[str, Any], columns: Sequence[str], tr
         except (OSError, TypeError):  # no source to read: nothing tells two versions apart
             source = module
         code = hashlib.sha256(source.encode()).hexdigest()
-    text = json.dumps([name, args, sorted(columns), code], sort_keys=True, default=str)
+    identity: list[Any] = [name, args, sorted(columns), code]
+    depends = getattr(transform, "cache_identity", None)  # what else its output depends on
+    if depends:  # only then: the identities of transforms without it stay as they were
+        identity.append(depends)
+    text = json.dumps(identity, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 

@@ -1,36 +1,48 @@
 """Transform registry: built-ins by name, user transforms by import path.
 
-A user transform is ``"package.module:factory"``; the factory is called with
-the job's transform args and returns an object with ``prepare``/``augment``
-(see ``base.SampleTransform``), optionally ``collate`` and ``check_schema``.
-Its module must start with one of the service's allowed prefixes.
+A built-in's factory is given the service's request limits (limits.py) before the job's
+arguments, so a job cannot name a bound of its own. A user transform is
+``"package.module:factory"``; the factory is called with the job's transform args and returns an
+object with ``prepare``/``augment`` (see ``base.SampleTransform``), optionally ``collate``,
+``check_schema`` and ``check_collate``. Its module must start with one of the service's allowed
+prefixes.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from shardstream.proto.errors import InvalidJobSpec, TransformNotAllowed, UnknownTransform
+from shardstream.service.limits import DEFAULT_LIMITS, RequestLimits
 from shardstream.service.transforms.base import SampleTransform, collate, sample_rng
 
 
-def _image(**kwargs: Any) -> SampleTransform:
+def _image(_limits: RequestLimits, **kwargs: Any) -> SampleTransform:  # its sizes are checked at open
     from shardstream.service.transforms.image import ImageTransform  # lazy: Pillow
 
     return ImageTransform(**kwargs)
 
 
-BUILTIN: dict[str, Callable[..., SampleTransform]] = {"image": _image}
+def _tokenize(limits: RequestLimits, **kwargs: Any) -> SampleTransform:
+    from shardstream.service.transforms.tokenize import TokenizeTransform  # lazy: tokenizers
+
+    # prepare alone: a transform needs one of prepare and augment (build_transform checks)
+    return cast(SampleTransform, TokenizeTransform(**kwargs, longest=limits.seq_len))
 
 
-def build_transform(name: str, kwargs: dict[str, Any],
-                    allowed_modules: tuple[str, ...]) -> SampleTransform | None:
+BUILTIN: dict[str, Callable[..., SampleTransform]] = {"image": _image, "tokenize": _tokenize}
+
+
+def build_transform(name: str, kwargs: dict[str, Any], allowed_modules: tuple[str, ...],
+                    limits: RequestLimits = DEFAULT_LIMITS) -> SampleTransform | None:
     """The transform named in a job spec, or None for plain columns."""
     if not name:
         return None
-    factory = BUILTIN.get(name) or _import_factory(name, allowed_modules)
+    builtin = BUILTIN.get(name)
+    factory = functools.partial(builtin, limits) if builtin is not None else _import_factory(name, allowed_modules)
     try:
         transform = factory(**kwargs)
     except TypeError as exc:

@@ -72,8 +72,22 @@ def collate_samples(samples: Sequence[Sample], collation: Collation) -> Batch:
             out[key] = _travelling(padded, bits, key, "the samples give")
             out[f"{key}_lengths"] = lengths
         else:
-            out[key] = _travelling(np.stack(arrays), bits, key, "the samples give")
+            out[key] = _travelling(_stacked(arrays, key), bits, key, "the samples give")
     return out
+
+
+def _stacked(arrays: Sequence[Any], key: str) -> np.ndarray:
+    """np.stack's [B, ...]; values whose shapes differ are a ValueError naming `key`, their shapes,
+    and, for sequences, collate='pad'."""
+    try:
+        return np.stack(arrays)
+    except ValueError as exc:
+        shapes = sorted({np.shape(a) for a in arrays})
+        if len(shapes) < 2:
+            raise
+        hint = ": collate='pad' pads them to the batch's longest" if _variable(arrays[0]) else ""
+        raise ValueError(f"{key!r} has values of {len(shapes)} shapes ({', '.join(map(str, shapes[:3]))}"
+                         f"{', ...' if len(shapes) > 3 else ''}), which do not stack ({exc}){hint}") from None
 
 
 def _variable(value: Any) -> bool:

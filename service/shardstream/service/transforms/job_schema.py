@@ -16,7 +16,8 @@ from shardstream.service.transforms.nulls import MASK, check_nulls
 def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, collate: str = "",
                      index: DatasetIndex | None = None, nulls: str = "") -> None:
     """Refuse at open time what could never collate, instead of mid-epoch: a column no tensor
-    holds, and (given the `index`) nulls its tensor has no place for (transforms/nulls.py)."""
+    holds, (given the `index`) nulls its tensor has no place for (transforms/nulls.py), and a
+    transform's values of varying length without collate='pad'."""
     plain = transform is None and collate in ("", PAD)  # a user collate takes whatever the rows hold
     if nulls == MASK and not plain:
         raise InvalidJobSpec("nulls='mask' is for columns delivered without a transform or a user collate, "
@@ -30,6 +31,9 @@ def check_job_schema(schema: pa.Schema, transform: SampleTransform | None, colla
     check = getattr(transform, "check_schema", None)
     if check is not None:
         check(schema)
+    check_collate = getattr(transform, "check_collate", None)  # a transform whose values only pad
+    if check_collate is not None:
+        check_collate(collate)
 
 
 __all__ = ["check_job_schema"]

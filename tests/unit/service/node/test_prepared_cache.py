@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -15,7 +17,7 @@ import pytest
 from shardstream.proto.wire import FrameHeader, encode_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
-from shardstream.service.node import sample_index
+from shardstream.service.node import prepared_cache, sample_index
 from shardstream.service.node.batching import decode_batch
 from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
@@ -159,6 +161,11 @@ def test_the_prepare_identity_follows_transform_arguments_and_columns() -> None:
     assert base == prepare_identity("image", dict(reversed(IMAGE_ARGS.items())), ["image"], image)
     assert base != prepare_identity("image", {**IMAGE_ARGS, "size": 32}, ["image"], image)
     assert base != prepare_identity("image", IMAGE_ARGS, ["image", "label"], image)
+    # A transform without a cache_identity keeps the key it had before there was one: its cache stays warm.
+    code = json.dumps(["image", IMAGE_ARGS, ["image"], prepared_cache.version("shardstream")], sort_keys=True)
+    assert base == hashlib.sha256(code.encode()).hexdigest()[:32]
+    image.cache_identity = {"file": "a"}  # type: ignore[union-attr]
+    assert base != prepare_identity("image", IMAGE_ARGS, ["image"], image)
 
 
 class _CountingReader:
