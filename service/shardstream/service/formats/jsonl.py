@@ -32,8 +32,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
-import threading
-from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +66,7 @@ from shardstream.service.formats.jsonl_values import (
     parse_type,
     type_name,
 )
+from shardstream.service.formats.kept_scans import KeptScans
 from shardstream.service.limits import DEFAULT_LIMITS
 from shardstream.service.node.pinned_object import PinnedObject, pinned_version
 
@@ -149,30 +148,7 @@ def _scan_file(url: str, size: int, version: str) -> LineScan:
     return scan
 
 
-class _Scans:
-    """Files' scans by version: a file is read once however many jobs open it."""
-
-    def __init__(self, kept: int) -> None:
-        self.kept = kept
-        self._scans: OrderedDict[tuple[str, int, str, int, int], LineScan] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, url: str, size: int, version: str) -> LineScan:
-        key = (url, size, version, lines_of.UNIT_BYTES, lines_of.UNIT_LINES)
-        with self._lock:
-            found = self._scans.get(key)
-            if found is not None:
-                self._scans.move_to_end(key)
-                return found
-        scan = _scan_file(url, size, version)
-        with self._lock:
-            self._scans[key] = scan
-            while len(self._scans) > self.kept:
-                self._scans.popitem(last=False)
-        return scan
-
-
-SCANS = _Scans(SCANS_KEPT)
+SCANS: KeptScans[LineScan] = KeptScans(SCANS_KEPT)  # files' scans by version
 
 
 def _scan(url: str) -> _File:
@@ -180,7 +156,8 @@ def _scan(url: str) -> _File:
         raise _refuse_compressed(url, url.rsplit(".", 1)[-1])
     _, _, size, version = stat_file(url, "JSON Lines file")
     try:
-        return _File(url, size, version, SCANS.get(url, size, version))
+        return _File(url, size, version, SCANS.get((url, size, version, lines_of.UNIT_BYTES, lines_of.UNIT_LINES),
+                                               lambda: _scan_file(url, size, version)))
     except ShardstreamError:
         raise
     except OSError as exc:  # the store, mid-scan

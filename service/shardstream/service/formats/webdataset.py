@@ -31,9 +31,7 @@ import gzip
 import json
 import logging
 import tarfile
-import threading
 import zlib
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,6 +49,7 @@ from shardstream.service.dataset import (
     stat_file,
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
+from shardstream.service.formats.kept_scans import KeptScans
 from shardstream.service.formats.webdataset_names import (
     INTEGER_FIELDS,
     JSON_FIELDS,
@@ -173,30 +172,7 @@ def scan_tar(url: str, size: int) -> TarMembers:
                       np.array(offsets, dtype=np.int64), np.array(sizes, dtype=np.int64))
 
 
-class _Scans:
-    """Member tables by file version: a tar is scanned once however many jobs open it."""
-
-    def __init__(self, kept: int) -> None:
-        self.kept = kept
-        self._tables: OrderedDict[tuple[str, int, str], TarMembers] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, url: str, size: int, version: str) -> TarMembers:
-        key = (url, size, version)
-        with self._lock:
-            found = self._tables.get(key)
-            if found is not None:
-                self._tables.move_to_end(key)
-                return found
-        members = scan_tar(url, size)
-        with self._lock:
-            self._tables[key] = members
-            while len(self._tables) > self.kept:
-                self._tables.popitem(last=False)
-        return members
-
-
-SCANS = _Scans(SCANS_KEPT)
+SCANS: KeptScans[TarMembers] = KeptScans(SCANS_KEPT)  # member tables by file version
 
 
 def _units(members: TarMembers) -> tuple[int, ...]:
@@ -218,7 +194,7 @@ def _scan(url: str) -> tuple[str, int, str, TarMembers]:
         raise _refuse_compressed(url, "gzip")
     _, _, size, version = stat_file(url, "shard")
     try:
-        members = SCANS.get(url, size, version)
+        members = SCANS.get((url, size, version), lambda: scan_tar(url, size))
     except UnreadableShard:
         raise
     except OSError as exc:  # the store, mid-scan

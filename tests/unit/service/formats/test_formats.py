@@ -115,7 +115,7 @@ def test_tar_units_split_anywhere_read_the_same_samples(tmp_path: Path, monkeypa
     write_tars(str(tmp_path), [9, 4])
     whole = read_all(index_dataset((str(tmp_path),)))
     monkeypatch.setattr(wds, "UNIT_SAMPLES", 2)
-    monkeypatch.setattr(wds, "SCANS", wds._Scans(8))
+    monkeypatch.setattr(wds, "SCANS", wds.KeptScans(8))
     index = index_dataset((str(tmp_path),))
     assert [s.row_group_rows for s in index.shards] == [(2, 2, 2, 2, 1), (2, 2)]
     assert read_all(index).equals(whole)
@@ -147,7 +147,7 @@ def test_a_tar_is_scanned_once_per_version(tmp_path: Path, monkeypatch: pytest.M
     scans = []
     real = wds.scan_tar
     monkeypatch.setattr(wds, "scan_tar", lambda url, size: scans.append(url) or real(url, size))
-    monkeypatch.setattr(wds, "SCANS", wds._Scans(8))
+    monkeypatch.setattr(wds, "SCANS", wds.KeptScans(8))
     index_dataset((str(tmp_path),))
     index_dataset((str(tmp_path),))
     assert len(scans) == 1

@@ -356,7 +356,7 @@ def test_a_line_past_max_line_bytes_is_refused_at_open_without_holding_it(tmp_pa
         with pytest.raises(UnreadableShard, match=(
                 rf"line 2 of 'file://{tmp_path}/a\.jsonl' is {len(big):,} bytes, longer than max_line_bytes "
                 r"1,048,576 .*max_line_bytes setting")):
-            jsonl_format.SCANS = jsonl_format._Scans(8)  # scanned again, measured
+            jsonl_format.SCANS = jsonl_format.KeptScans(8)  # scanned again, measured
             open_jsonl(tmp_path, max_line_bytes=2**20)
         _, peak = tracemalloc.get_traced_memory()
     finally:
@@ -441,7 +441,7 @@ def test_a_file_is_scanned_once_per_version(tmp_path: Path, monkeypatch: pytest.
     real = jsonl_format._scan_file
     monkeypatch.setattr(jsonl_format, "_scan_file", lambda url, size, version: scans.append(url) or real(
         url, size, version))
-    monkeypatch.setattr(jsonl_format, "SCANS", jsonl_format._Scans(8))
+    monkeypatch.setattr(jsonl_format, "SCANS", jsonl_format.KeptScans(8))
     open_jsonl(tmp_path)
     open_jsonl(tmp_path, schema={"a": "float64"})
     assert len(scans) == 1
