@@ -32,12 +32,13 @@ from shardstream.service.dataset import (
     stat_file,
 )
 from shardstream.service.formats.base import Allow, UnitStorage, take_args
+from shardstream.service.formats.token_documents import document_columns
 
 log = logging.getLogger(__name__)
 
 SUFFIXES = (".bin", ".npy")
 UNIT_TOKENS = 2**18  # tokens of windows per unit: ~0.5-1 MiB read per unit, 4 MiB as int64 columns
-OPTIONS = {"seq_len": None, "dtype": None}
+OPTIONS = {"seq_len": None, "dtype": None, "eos_id": None, "mask_across_documents": False}
 
 
 @dataclass(frozen=True)
@@ -60,13 +61,23 @@ class TokenLayout:
     seq_len: int
     first_sample: int
     unit_samples: int
+    eos_id: int | None = None  # where documents end: the window's document columns (token_documents.py)
+    mask_across_documents: bool = False
 
     def sample_name(self, row: int) -> str:
         start = (self.first_sample + row) * self.seq_len
         return f"window {self.first_sample + row} (tokens {start}..{start + self.seq_len}) starting in {self.files[0].url}"
 
 
-def _parse_args(args: dict[str, Any]) -> tuple[int, np.dtype | None]:
+@dataclass(frozen=True)
+class TokenOptions:
+    seq_len: int
+    dtype: np.dtype | None
+    eos_id: int | None
+    mask_across_documents: bool
+
+
+def _parse_args(args: dict[str, Any]) -> TokenOptions:
     args = take_args("tokens", args, OPTIONS)
     seq_len = args["seq_len"]
     if not isinstance(seq_len, int) or isinstance(seq_len, bool) or seq_len <= 0:
@@ -80,7 +91,14 @@ def _parse_args(args: dict[str, Any]) -> tuple[int, np.dtype | None]:
                                  "'uint16' or 'uint32' (any integer dtype)") from None
         if dtype.kind not in "iu":
             raise InvalidJobSpec(f"token dtype must be an integer dtype ('uint16', 'uint32'), got {dtype}")
-    return seq_len, dtype
+    eos_id, mask = args["eos_id"], args["mask_across_documents"]
+    if eos_id is not None and (not isinstance(eos_id, int) or isinstance(eos_id, bool) or eos_id < 0):
+        raise InvalidJobSpec(f"format 'tokens' eos_id must be a token id (an int >= 0), got {eos_id!r}")
+    if not isinstance(mask, bool):
+        raise InvalidJobSpec(f"format 'tokens' mask_across_documents must be true or false, got {mask!r}")
+    if mask and eos_id is None:
+        raise InvalidJobSpec("format 'tokens' mask_across_documents needs eos_id, the token that ends a document")
+    return TokenOptions(seq_len, dtype, eos_id, mask)
 
 
 def _stat(url: str, dtype: np.dtype | None) -> TokenFile:
@@ -114,7 +132,6 @@ def _stat(url: str, dtype: np.dtype | None) -> TokenFile:
                               f"{found.itemsize}: it is truncated, or its dtype is not {found}")
     return TokenFile(url, version, size, 0, payload // found.itemsize if count is None else count, header,
                      found.str)
-    return TokenFile(url, version, size, 0, payload // found.itemsize, header, found.str)
 
 
 class TokenFormat:
@@ -122,14 +139,16 @@ class TokenFormat:
 
     def index(self, dataset: tuple[str, ...], args: dict[str, Any], columns: tuple[str, ...],
               allow: Allow) -> DatasetIndex:
-        seq_len, dtype = _parse_args(args)
+        options = _parse_args(args)
+        seq_len = options.seq_len
         urls = resolve_urls(dataset, allow, SUFFIXES, "token")
         log.info("indexing %d token file(s) of %s", len(urls), list(dataset))
-        files = in_parallel(lambda url: _stat(url, dtype), urls, "files")
+        files = in_parallel(lambda url: _stat(url, options.dtype), urls, "files")
         dtypes = {np.dtype(f.dtype).newbyteorder("=") for f in files}  # byte orders may differ
         if len(dtypes) > 1:
             kinds = ", ".join(f"{f.url}: {np.dtype(f.dtype)}" for f in files)
             raise UnreadableShard(f"token files hold different dtypes ({kinds}); a stream has one")
+        _check_eos_fits(options.eos_id, np.dtype(files[0].dtype))
         starts = np.cumsum([0] + [f.tokens for f in files])
         files = [TokenFile(f.url, f.version, f.size, int(s), f.tokens, f.header, f.dtype)
                  for f, s in zip(files, starts, strict=False)]
@@ -139,10 +158,13 @@ class TokenFormat:
             raise DatasetNotFound(f"dataset {list(dataset)} holds {total} tokens, fewer than one window of "
                                   f"seq_len + 1 = {seq_len + 1}")
         unit = max(1, UNIT_TOKENS // seq_len)
-        shards = tuple(_shard(files, i, seq_len, num_samples, unit) for i in range(len(files)))
+        shards = tuple(_shard(files, i, options, num_samples, unit) for i in range(len(files)))
         window = pa.list_(pa.int64(), seq_len)
-        schema = check_columns(pa.schema([("input_ids", window), ("labels", window)]), columns,
-                               f"token dataset {list(dataset)}")
+        fields = [("input_ids", window), ("labels", window)]
+        if options.eos_id is not None:
+            fields += [("position_ids", window), ("cu_seqlens", pa.list_(pa.int32(), seq_len + 1)),
+                       ("num_documents", pa.int64())]
+        schema = check_columns(pa.schema(fields), columns, f"token dataset {list(dataset)}")
         return DatasetIndex(shards=shards, schema=schema, format=self.name)
 
     def read_unit(self, shard: Shard, unit: int, columns: tuple[str, ...] | None,
@@ -167,14 +189,30 @@ class TokenFormat:
         if len(stream) != end - begin:
             raise UnreadableShard(f"{shard.url!r}: unit {unit} needs tokens {begin}..{end} but the files hold "
                                   f"{len(stream)} of them")
-        windows = {"input_ids": stream[:-1], "labels": stream[1:]}
+        inputs = stream[:-1].reshape(count, length)
+        labels = stream[1:].reshape(count, length).copy()
+        windows = {"input_ids": inputs, "labels": labels}
+        if layout.eos_id is not None:
+            windows.update(document_columns(inputs, labels, layout.eos_id, layout.mask_across_documents))
         names = columns if columns is not None else tuple(windows)
-        return pa.table({name: pa.FixedSizeListArray.from_arrays(pa.array(windows[name]), length)
-                         for name in names})
+        return pa.table({name: _column(windows[name]) for name in names})
 
 
-def _shard(files: list[TokenFile], i: int, seq_len: int, num_samples: int, unit: int) -> Shard:
+def _column(values: np.ndarray) -> pa.Array:
+    """Rows of a 2-D array as fixed-size lists; a 1-D array as itself."""
+    if values.ndim == 1:
+        return pa.array(values)
+    return pa.FixedSizeListArray.from_arrays(pa.array(values.reshape(-1)), values.shape[1])
+
+
+def _check_eos_fits(eos_id: int | None, dtype: np.dtype) -> None:
+    if eos_id is not None and eos_id > np.iinfo(dtype).max:
+        raise InvalidJobSpec(f"eos_id {eos_id} cannot occur in a stream of {dtype} (at most {np.iinfo(dtype).max})")
+
+
+def _shard(files: list[TokenFile], i: int, options: TokenOptions, num_samples: int, unit: int) -> Shard:
     """File i's shard: the windows that start in it, and the files their tokens lie in."""
+    seq_len = options.seq_len
     f = files[i]
     first = -(-f.start // seq_len)  # the first window starting at or after the file's first token
     stop = min(num_samples, -(-(f.start + f.tokens) // seq_len))
@@ -183,11 +221,14 @@ def _shard(files: list[TokenFile], i: int, seq_len: int, num_samples: int, unit:
     spanned = [f] + [g for g in files[i + 1:] if g.start < last_token and g.tokens]
     units = tuple(min(unit, count - s) for s in range(0, count, unit))
     reading = f"tokens dtype={np.dtype(f.dtype).str} seq_len={seq_len} unit={unit}"
+    if options.eos_id is not None:  # other columns: another reading (the local copy keeps units by it)
+        reading += f" eos_id={options.eos_id} mask={int(options.mask_across_documents)}"
     if len(spanned) > 1:  # later files' tokens are part of this shard's samples: their versions too
         reading += "".join(f" +{g.url}@{g.size}:{g.version}" for g in spanned[1:])
     return Shard(url=f.url, size=f.size, num_rows=count, row_group_rows=units, version=f.version,
                  format="tokens", reading=reading,
-                 layout=TokenLayout(tuple(spanned), seq_len, first, unit))
+                 layout=TokenLayout(tuple(spanned), seq_len, first, unit, options.eos_id,
+                                    options.mask_across_documents))
 
 
 __all__ = ["SUFFIXES", "TokenFormat", "TokenLayout"]
