@@ -10,9 +10,11 @@ from typing import Any
 from shardstream.client import RemoteLoader
 
 
-def run(description: str, write_sample: Callable[[str], str], **loader_args: Any) -> None:
+def run(description: str, write_sample: Callable[[str], str],
+        on_batch: Callable[[dict[str, Any]], None] | None = None, **loader_args: Any) -> None:
     """Parse --address/--data; with no --data, write a small sample dataset first. Then read two
-    epochs through the service as rank 0 of 1 and print each batch's fields."""
+    epochs through the service as rank 0 of 1 and print each batch's fields (and `on_batch`'s
+    lines for each epoch's first batch)."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--address", required=True, help="host:port of a shardstream service")
     parser.add_argument("--data", help="the dataset (any fsspec URL the service can read); "
@@ -31,6 +33,8 @@ def run(description: str, write_sample: Callable[[str], str], **loader_args: Any
                         print(f"epoch {epoch}, first batch: " + ", ".join(
                             f"{name} {describe(value)}" for name, value in batch.items()))
                         show(batch)
+                        if on_batch is not None:
+                            on_batch(batch)
 
 
 def describe(value: Any) -> str:

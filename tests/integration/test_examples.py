@@ -16,6 +16,8 @@ EXAMPLES = {
     "collate": ["prompt list of 4 str", "words torch.int64 [4]", "16 samples"],
     "jsonl": ["text list of 4 str", "id torch.int64 [4]", "tokens torch.int64 [4, ", "tokens_lengths torch.int64 [4]",
               "20 samples"],
+    "packed_tokens": ["input_ids torch.int64 [4, 16]", "position_ids torch.int64 [4, 16]",
+                      "cu_seqlens torch.int32 [4, 17]", "num_documents torch.int64 [4]", "flattened: ", "in 64 tokens"],
     "padded": ["ids torch.int32 [4, ", "ids_lengths torch.int64 [4]", "title list of 4 str", "24 samples"],
 }
 
