@@ -118,7 +118,8 @@ def _decode_batch(directory: Path, path: str, texts: list[str]) -> tuple[Callabl
 
     from shardstream.service.formats import index_dataset
     from shardstream.service.node.batching import decode_batch
-    from shardstream.service.node.prepared_cache import JobSamples, PreparedCache
+    from shardstream.service.node.job_samples import JobSamples
+    from shardstream.service.node.prepared_cache import PreparedCache
     from shardstream.service.node.prepared_tier import SampleTier
     from shardstream.service.node.read_counters import SharedReadCounters
     from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader

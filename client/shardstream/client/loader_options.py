@@ -20,8 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardstream.client.tls import TLS
-from shardstream.proto.errors import InvalidJobSpec
-from shardstream.proto.job_options import JobOptions, Option, option
+from shardstream.proto.job_options import JobOptions, Option, check_declared, option
 
 
 def _at_least_one(name: str) -> Any:
@@ -78,11 +77,7 @@ class LoaderSettings:
         "up)", group="security")
 
     def __post_init__(self) -> None:
-        for f in dataclasses.fields(self):
-            check = f.metadata["option"].check
-            refusal = check(getattr(self, f.name)) if check else None
-            if refusal:
-                raise InvalidJobSpec(refusal)
+        check_declared(self)
 
 
 # ------------------------------------------------------------------ derived from the declarations

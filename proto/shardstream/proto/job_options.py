@@ -168,11 +168,7 @@ class JobOptions:
                 if name in args and args[name] != value:
                     raise InvalidJobSpec(f"{name}={value!r} and {fold}[{name!r}]={args[name]!r} disagree")
                 args[name] = value
-        for name, declared in DECLARED.items():
-            refusal = _wrong_type(name, getattr(self, name)) or (declared.check(getattr(self, name))
-                                                                   if declared.check else None)
-            if refusal:
-                raise InvalidJobSpec(refusal)
+        check_declared(self, typed=True)
         for refusal in _together(self):
             raise InvalidJobSpec(refusal)
 
@@ -237,12 +233,22 @@ class JobOptions:
         """The options a manifest section records (control/reproducibility.py)."""
         return {name: _recorded(getattr(self, name)) for name, declared in DECLARED.items()
                 if declared.record == section
-                and not (declared.recorded_when_set and getattr(self, name) == _default(name))}
+                and not (declared.recorded_when_set and getattr(self, name) == DEFAULTS[name])}
 
     def differences(self, other: JobOptions) -> list[str]:
         """The options that differ, for conflict errors."""
         return [f"{name}: {getattr(self, name)!r} != {getattr(other, name)!r}" for name in DECLARED
                 if getattr(self, name) != getattr(other, name)]
+
+
+def check_declared(options: Any, typed: bool = False) -> None:
+    """InvalidJobSpec for the first option of `options` (a class of `option()` fields) whose value
+    its declaration's check refuses; `typed`: a value of another type than declared, first."""
+    for f in dataclasses.fields(options):
+        value, check = getattr(options, f.name), f.metadata["option"].check
+        refusal = (_wrong_type(f.name, value) if typed else None) or (check(value) if check else None)
+        if refusal:
+            raise InvalidJobSpec(refusal)
 
 
 def fingerprint(msg: pb.JobSpec) -> str:
@@ -276,6 +282,8 @@ def _together(spec: JobOptions) -> list[str]:
 
 DECLARED: dict[str, Option] = {f.name: f.metadata["option"] for f in dataclasses.fields(JobOptions)}
 FOLDED = {name: d.fold for name, d in DECLARED.items() if d.fold}
+# each option's value when not given (a JSON object option's None is {}, as __post_init__ makes it)
+DEFAULTS: dict[str, Any] = {f.name: {} if f.metadata["option"].wire == "json" else f.default for f in dataclasses.fields(JobOptions)}
 
 
 _KINDS = {name: hint for name, hint in typing.get_type_hints(JobOptions).items() if name in DECLARED}
@@ -300,11 +308,6 @@ def _wrong_type(name: str, value: Any) -> str | None:
     names = " or ".join("strings" if (typing.get_origin(k) or k) is tuple else getattr(k, "__name__", str(k))
                         for k in allowed if k is not type(None))
     return f"{name} must be {names}, got {value!r}"
-
-
-def _default(name: str) -> Any:
-    default = next(f.default for f in dataclasses.fields(JobOptions) if f.name == name)
-    return {} if default is None and name in ("transform_args", "format_args") else default
 
 
 def _recorded(value: Any) -> Any:
@@ -365,4 +368,4 @@ def _policy(value: int, name: str) -> str:
 
 
 __all__ = ["CORRUPT_POLICIES", "DECLARED", "DEFAULT_BUCKET_WINDOW", "GROUPS", "NULLS", "JobOptions", "Option",
-           "fingerprint", "option", "proto_field"]
+           "check_declared", "fingerprint", "option", "proto_field"]

@@ -35,8 +35,8 @@ from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.dataset import UNREADABLE_COLUMN
 from shardstream.service.node.batch_bytes import check_batch_bytes, gathered_nbytes, sample_nbytes
 from shardstream.service.node.frame_filler import FrameFiller
+from shardstream.service.node.job_samples import JobSamples
 from shardstream.service.node.native_batch import native_batch
-from shardstream.service.node.prepared_cache import JobSamples
 from shardstream.service.node.reader import ShardReader
 from shardstream.service.node.sample_steps import (
     UnreadableSample,

@@ -29,8 +29,9 @@ from shardstream.service.config import ServeSettings
 from shardstream.service.identities import IdentityTable
 from shardstream.service.node.batch_server import BatchServer
 from shardstream.service.node.batching import DecodedBatch, decode_batch
+from shardstream.service.node.job_samples import JobSamples
 from shardstream.service.node.local_copy import LocalCopy, default_directory
-from shardstream.service.node.prepared_cache import JobSamples, open_prepared_cache
+from shardstream.service.node.prepared_cache import open_prepared_cache
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.reader import RowGroupCache, RowGroupSource, ShardReader

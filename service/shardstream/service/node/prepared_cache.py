@@ -24,6 +24,8 @@ where it has one: the tokenize transform's tokenizer.json SHA-256). A
 rewritten shard has a new version, and a rewritten tokenizer.json another
 hash, so it is read and prepared again, never served stale.
 
+One job's view of the cache, samples by global index, is job_samples.py.
+
 With decode actors on several nodes, each sample has a home node, and the
 others ask it before preparing the sample themselves (prepared_peers.py); a
 node keeps only its own samples.
@@ -38,23 +40,16 @@ dropped, prepared again, counted and logged (cache_fault.py).
 
 from __future__ import annotations
 
-import bisect
-import collections
-import contextlib
 import hashlib
 import importlib
 import inspect
 import json
 import logging
 import os
-import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
-
-import numpy as np
 
 from shardstream.proto.slots import SHARED_MEMORY_DIR
 from shardstream.service.dataset import DatasetIndex
@@ -66,10 +61,10 @@ from shardstream.service.node.cache_sizing import (
     size_disk_tier,
     size_memory_tier,
 )
+from shardstream.service.node.job_samples import JobSamples
 from shardstream.service.node.prepared_entry import (
     SampleKey,
     decode_entry,
-    encode_entry,
     verify_file,
 )
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
@@ -79,8 +74,6 @@ from shardstream.service.node.write_budget import WriteBudget
 from shardstream.service.node_messages import CacheSizing, TierSize
 
 log = logging.getLogger(__name__)
-
-HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
 
 
 def default_memory_directory() -> str:
@@ -216,161 +209,6 @@ class PreparedCache:
         self.counters.set_prepared_bytes(levels.get("memory", 0), levels.get("disk", 0))
 
 
-def _slots(tier: SampleTier, keys: list[SampleKey]) -> list[int | None]:
-    """Where `tier` holds each key's entry (0: not held), one index read per shard; None where the
-    index could not be read (`load` then looks that key up alone, and counts its fault)."""
-    by_folder: dict[str, list[int]] = {}
-    for position, key in enumerate(keys):
-        by_folder.setdefault(key.folder, []).append(position)
-    slots: list[int | None] = [None] * len(keys)
-    for folder, positions in by_folder.items():
-        with contextlib.suppress(CacheFault):
-            for position, slot in zip(positions, tier.slots(folder, np.array([keys[p].row for p in positions])).tolist(),
-                                      strict=True):
-                slots[position] = slot
-    return slots
-
-
-@dataclass
-class JobSamples:
-    """One job's view of the cache: samples by global index. `max_bytes` (the service's
-    job_max_cache_bytes): the most this view keeps from this actor; beyond it the job's samples are
-    prepared but not kept, so one large job cannot evict every other job's samples."""
-
-    cache: PreparedCache
-    index: DatasetIndex
-    identity: str
-    max_bytes: int | None = None
-
-    def __post_init__(self) -> None:
-        self._starts = [int(start) for start in self.index.file_starts]  # bisect: a tenth of searchsorted's cost
-        self._shards = [s.identity for s in self.index.shards]
-        self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
-        self._lock = threading.Lock()
-        self.kept_bytes = 0  # what this view stored or gave its homes
-        self.hit_rate = 0.0  # of the job's recent lookups (about the last ten batches): what its writes may spend
-
-    def _within_limit(self, size: int) -> bool:
-        with self._lock:
-            if self.max_bytes is not None and self.kept_bytes + size > self.max_bytes:
-                return False
-            self.kept_bytes += size
-            return True
-
-    def _key(self, index: int) -> SampleKey:
-        shard = bisect.bisect_right(self._starts, index) - 1
-        return SampleKey(self.identity, self._shards[shard], int(index - self._starts[shard]))
-
-    def _peers(self) -> PreparedPeers | None:
-        peers = self.cache.peers
-        return peers if peers is not None and peers.active else None
-
-    def get(self, index: int) -> dict[str, Any] | None:
-        return self.get_many([index]).get(0)
-
-    def get_many(self, indices: Sequence[int]) -> dict[int, dict[str, Any]]:
-        """position -> sample, for the samples found: in this node's tiers, else at their home node
-        (all homes asked at once)."""
-        found: dict[int, dict[str, Any]] = {}
-        counts: collections.Counter[str] = collections.Counter()
-        peers = self._peers()
-        lacking: dict[str, list[tuple[int, SampleKey]]] = {}  # home node -> (position, key)
-        keys = [self._key(int(index)) for index in indices]
-        left = list(range(len(keys)))  # positions no tier has given yet
-        for tier in self.cache.tiers:
-            slots = _slots(tier, [keys[position] for position in left])
-            still = []
-            for position, slot in zip(left, slots, strict=True):
-                sample = self.cache.load(tier, keys[position], slot) if slot != 0 else None
-                if sample is not None:
-                    found[position] = sample
-                    counts[f"prepared_{tier.name}_hits"] += 1
-                else:
-                    still.append(position)
-            left = still
-        for position in left:
-            key = keys[position]
-            home = peers.home(key.folder, key.row) if peers is not None else None
-            if peers is not None and home is not None and home != peers.node_id:
-                lacking.setdefault(home, []).append((position, key))
-        if peers is not None and lacking:
-            files = peers.fetch({home: [(key.folder, key.row) for _, key in wanted]
-                                 for home, wanted in lacking.items()})
-            for home, wanted in lacking.items():
-                for position, key in wanted:
-                    sample = self._from_home(home, key, files.get((key.folder, key.row)))
-                    if sample is not None:
-                        found[position] = sample
-                        counts["prepared_peer_hits"] += 1
-        counts["prepared_misses"] += len(indices) - len(found)
-        self.cache.counters.count(**counts)
-        if indices:
-            self.hit_rate += HIT_RATE_WEIGHT * (len(found) / len(indices) - self.hit_rate)
-        return found
-
-    def _from_home(self, home: str, key: SampleKey, data: bytes | None) -> dict[str, Any] | None:
-        """The sample a home node sent, verified to be `key`'s; None when it sent none or the
-        entry is refused (counted as a fault of the peer cache)."""
-        if data is None:
-            return None
-        try:
-            started = time.perf_counter()
-            sample = decode_entry(bytearray(data), key)
-            self.cache.counters.verified(time.perf_counter() - started, len(data))
-            return sample
-        except CacheFault as fault:
-            record_fault(self.cache.counters, "peer", f"node {home}: {key.folder}/{key.row}", fault)
-            return None
-
-    def keeps_now(self, count: int = 1) -> bool:
-        """Whether `count` samples prepared now are to be kept (then `put` each): not when the
-        actor's write budget is spent (write_budget.py, at the share this job's hit rate gives
-        it), and they are then counted as deferred: kept when prepared again, in a later epoch."""
-        if self.cache.budget.allows():
-            return True
-        self.cache.counters.count(prepared_deferred=count)
-        return False
-
-    def put(self, index: int, sample: dict[str, Any]) -> None:
-        """Keep a sample prepared here (after `keeps_now`): in this node's tiers when it is its
-        home, else as a copy for its home, sent by `send_to_homes`. The time it takes is spent from
-        the write budget."""
-        started = time.perf_counter()
-        try:
-            self._keep(index, sample)
-        finally:
-            seconds = time.perf_counter() - started
-            self.cache.budget.spent(seconds, self.hit_rate)
-            self.cache.counters.count(keep_seconds=seconds)
-
-    def _keep(self, index: int, sample: dict[str, Any]) -> None:
-        key = self._key(index)
-        parts = encode_entry(key, sample)
-        if parts is None:
-            return
-        folder, row = key.folder, key.row
-        peers = self._peers()
-        home = peers.home(folder, row) if peers is not None else None
-        size = sum(len(p) for p in parts)
-        if not self._within_limit(size):
-            return
-        if peers is not None and home is not None and home != peers.node_id:
-            with self._lock:
-                self._gifts.setdefault(home, []).append((folder, row, b"".join(parts)))
-            return
-        self.cache.store(folder, row, parts, size)
-        self.cache.publish()
-
-    def send_to_homes(self) -> None:
-        """Give each home node the samples of its that were prepared here (after a batch)."""
-        with self._lock:
-            gifts, self._gifts = self._gifts, {}
-        peers = self.cache.peers
-        if peers is not None:
-            for home, files in gifts.items():
-                peers.give(home, files)
-
-
 def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str, disk_bytes: int | None,
                         counters: SharedReadCounters, peers: PreparedPeers | None = None,
                         node_id: str = "", local_copy_dir: str = "",
@@ -403,4 +241,4 @@ def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str
     return (PreparedCache(kept, counters, peers) if kept else None), CacheSizing(sizes["memory"], sizes["disk"])
 
 
-__all__ = ["JobSamples", "PreparedCache", "open_prepared_cache", "prepare_identity"]
+__all__ = ["PreparedCache", "open_prepared_cache", "prepare_identity"]

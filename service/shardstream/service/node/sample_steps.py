@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from shardstream.service.dataset import UNREADABLE_COLUMN
-from shardstream.service.node.prepared_cache import JobSamples
+from shardstream.service.node.job_samples import JobSamples
 from shardstream.service.transforms import SampleTransform, sample_rng
 
 log = logging.getLogger(__name__)

@@ -20,7 +20,8 @@ from shardstream.proto.wire import FrameHeader
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
 from shardstream.service.node.batching import DecodedBatch, decode_batch
-from shardstream.service.node.prepared_cache import JobSamples, PreparedCache
+from shardstream.service.node.job_samples import JobSamples
+from shardstream.service.node.prepared_cache import PreparedCache
 from shardstream.service.node.read_counters import SharedReadCounters
 from shardstream.service.node.write_budget import WriteBudget
 from shardstream.service.node_messages import DecodeJob
