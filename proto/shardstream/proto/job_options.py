@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
+
 from shardstream.proto.errors import InvalidJobSpec
 from shardstream.proto.v1 import loader_pb2 as pb
 
@@ -246,7 +248,8 @@ def check_declared(options: Any, typed: bool = False) -> None:
     its declaration's check refuses; `typed`: a value of another type than declared, first."""
     for f in dataclasses.fields(options):
         value, check = getattr(options, f.name), f.metadata["option"].check
-        refusal = (_wrong_type(f.name, value) if typed else None) or (check(value) if check else None)
+        refusal = ((_wrong_type(f.name, value) or _past_its_field(f.name, value)) if typed else None) or \
+            (check(value) if check else None)
         if refusal:
             raise InvalidJobSpec(refusal)
 
@@ -308,6 +311,20 @@ def _wrong_type(name: str, value: Any) -> str | None:
     names = " or ".join("strings" if (typing.get_origin(k) or k) is tuple else getattr(k, "__name__", str(k))
                         for k in allowed if k is not type(None))
     return f"{name} must be {names}, got {value!r}"
+
+
+_FIELD_BITS = {FieldDescriptor.TYPE_INT32: 32, FieldDescriptor.TYPE_INT64: 64}
+
+
+def _past_its_field(name: str, value: Any) -> str | None:
+    """The refusal of a whole number its JobSpec field cannot carry (int32, int64)."""
+    path = DECLARED[name].proto
+    if not isinstance(value, int) or isinstance(value, bool) or not path or "." in path:
+        return None
+    bits = _FIELD_BITS.get(pb.JobSpec.DESCRIPTOR.fields_by_name[path].type)
+    if bits is None or -(2 ** (bits - 1)) <= value < 2 ** (bits - 1):
+        return None
+    return f"{name} {value} does not fit the int{bits} it travels as ({-(2 ** (bits - 1))}..{2 ** (bits - 1) - 1})"
 
 
 def _recorded(value: Any) -> Any:

@@ -87,6 +87,10 @@ def test_every_option_has_a_value_to_test_with() -> None:
     ({"bucket_by": "n"}, "bucket_window must be a number of batches > 0 with bucket_by"),
     ({"bucket_window": 4}, "bucket_window needs bucket_by"),
     ({"seq_len": 8, "format_args": {"seq_len": 9}}, "seq_len=8 and format_args"),
+    ({"seed": 2**63}, r"seed 9223372036854775808 does not fit the int64"),
+    ({"augment_seed": -(2**63) - 1}, "augment_seed .* does not fit the int64"),
+    ({"world_size": 2**31}, "world_size 2147483648 does not fit the int32"),
+    ({"shuffle_block": 2**70, "shuffle": True}, "shuffle_block .* does not fit the int64"),
 ])
 def test_invalid_options_are_refused(overrides: dict[str, Any], needle: str) -> None:
     with pytest.raises(InvalidJobSpec, match=needle):
