@@ -40,6 +40,7 @@ from shardstream.proto.errors import (
     UnknownTransform,
     UnreadableShard,
 )
+from shardstream.proto.mixture import Mixture, Source
 
 __all__ = [
     "TLS",
@@ -58,6 +59,7 @@ __all__ = [
     "JobNotFound",
     "JobSpecConflict",
     "LoaderStats",
+    "Mixture",
     "OrderOptions",
     "PermissionDenied",
     "ProtocolMismatch",
@@ -66,6 +68,7 @@ __all__ = [
     "SecurityOptions",
     "ServiceUnavailable",
     "ShardstreamError",
+    "Source",
     "StorageAccessDenied",
     "StorageBusy",
     "StreamProtocolError",

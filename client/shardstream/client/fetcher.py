@@ -74,6 +74,7 @@ class BatchHeader:
     epoch: int
     step: int
     replaced_samples: int
+    sample_indices: tuple[int, ...] = ()  # global, in batch order
 
 
 Converted = tuple[BatchHeader, Batch]
@@ -183,7 +184,8 @@ class DirectPrefetcher:
                     continue
                 shared, bulk = announced.shared is not None, announced.bulk_size > 0
                 del announced
-                converted = (BatchHeader(view.epoch, view.step, view.replaced_samples), self._convert(view))
+                header = BatchHeader(view.epoch, view.step, view.replaced_samples, view.sample_indices)
+                converted = (header, self._convert(view))
                 nbytes = batch_nbytes(converted[1])
                 del view  # the tensors keep what they need of the message
                 with self._cond:

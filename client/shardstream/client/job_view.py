@@ -32,13 +32,21 @@ class JobView:
     num_files: int
     batch_servers: tuple[str, ...] = ()  # the decoders to fetch from (host:port), as last listed
     max_window_bytes: int = 0  # the service's bound on this rank's window; 0: none
+    sources: tuple[str, ...] = ()  # a mixture's sources, in the spec's order
+    source_starts: tuple[int, ...] = ()  # each one's first global index, and the end
+
+    def source_sizes(self) -> dict[str, int]:
+        return {name: self.source_starts[i + 1] - self.source_starts[i] for i, name in enumerate(self.sources)}
 
     @classmethod
     def of(cls, opened: pb.OpenJobResponse, listing: pb.ListDecodersResponse) -> JobView:
         return cls(job_id=opened.job_id, spec_fingerprint=opened.spec_fingerprint,
                    dataset_fingerprint=opened.dataset_fingerprint, num_samples=opened.num_samples,
                    samples_per_rank=opened.samples_per_rank, batches_per_rank=opened.batches_per_rank,
-                   num_files=opened.num_files).listed(listing)
+                   num_files=opened.num_files, sources=tuple(s.name for s in opened.sources),
+                   source_starts=tuple([s.first_sample for s in opened.sources]
+                                       + [s.first_sample + s.num_samples for s in opened.sources[-1:]]),
+                   ).listed(listing)
 
     def listed(self, listing: pb.ListDecodersResponse) -> JobView:
         """This job with a newer listing of its decoders."""

@@ -51,6 +51,7 @@ from shardstream.proto.errors import (
     StreamProtocolError,
 )
 from shardstream.proto.job_options import JobOptions, fingerprint
+from shardstream.proto.mixture import Mixture
 from shardstream.proto.v1 import loader_pb2 as pb
 
 log = logging.getLogger(__name__)
@@ -62,7 +63,7 @@ _LOADERS_CREATED = itertools.count()  # this process's loaders, in creation orde
 
 
 class RemoteLoader:
-    def __init__(self, address: str, dataset: str | Sequence[str], batch_size: int, *,
+    def __init__(self, address: str, dataset: str | Sequence[str] | Mixture, batch_size: int, *,
                  order: Any = None, format_options: Any = None, delivery: Any = None, security: Any = None,
                  **options: Any) -> None:
         job_options, loader_settings = split(
@@ -199,6 +200,9 @@ class RemoteLoader:
                     self._steps_done = step
                     self.samples_replaced += message.replaced_samples
                     self.stats.add_batch(tensors)
+                    if self.job.sources:
+                        self.stats.add_sources(self.job.sources, self.job.source_starts, message.sample_indices,
+                                               tensors)
                     self._waits.ended(time.perf_counter())
                     yield tensors
                     del tensors  # dropped before its room in the window goes back with the next request

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardstream.proto.mixture import mixture_changes
+
 SHOWN = 5  # files named per kind of change
 ELASTIC = {"world_size", "batch_size"}  # may change on resume (world_size x batch_size is checked apart)
 
@@ -18,7 +20,8 @@ def refusals(saved: dict[str, Any], now: dict[str, Any]) -> list[str]:
     """What changed in the dataset or the pipeline, one phrase each; [] when nothing did."""
     out = _dataset(saved.get("dataset", {}), now.get("dataset", {}))
     order_was, order_is = saved.get("order", {}), now.get("order", {})
-    for key in sorted((set(order_was) | set(order_is)) - ELASTIC):
+    out.extend(mixture_changes(order_was.get("mixture"), order_is.get("mixture")))
+    for key in sorted((set(order_was) | set(order_is)) - ELASTIC - {"mixture"}):
         if order_was.get(key) != order_is.get(key):
             out.append(f"order {key}: {order_was.get(key)!r} -> {order_is.get(key)!r}")
     before, after = saved.get("pipeline", {}), now.get("pipeline", {})

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import numpy as np
 
 from shardstream.client.tensors import Batch, batch_nbytes
+from shardstream.proto.mixture import served_by_source
 
 
 @dataclass
@@ -34,6 +37,21 @@ class LoaderStats:
     # The largest batch received: the next epoch's window counts a step in flight at this size
     # from its start, so it asks every decoder at once instead of one step until a batch arrives.
     largest_batch_bytes: int = 0
+    # A mixture's samples and tokens (input_ids, without padding) delivered, by source name
+    source_samples: dict[str, int] = field(default_factory=dict)
+    source_tokens: dict[str, int] = field(default_factory=dict)
+
+    def source_shares(self) -> dict[str, float]:
+        """Each source's share of the samples delivered, to set beside the weights asked for."""
+        total = sum(self.source_samples.values())
+        return {name: count / total for name, count in self.source_samples.items()} if total else {}
+
+    def add_sources(self, names: tuple[str, ...], starts: tuple[int, ...], indices: tuple[int, ...],
+                    tensors: Batch) -> None:
+        samples, tokens = served_by_source(np.asarray(starts, dtype=np.int64), indices, tensors)
+        for name, n, t in zip(names, samples, tokens, strict=True):
+            self.source_samples[name] = self.source_samples.get(name, 0) + n
+            self.source_tokens[name] = self.source_tokens.get(name, 0) + t
 
     def add_batch(self, tensors: Batch) -> None:
         self.batches += 1

@@ -38,8 +38,18 @@ def status_text(address: str, status: Any) -> str:
         )
         if job.dataset_fingerprint:
             lines.append(f"    {job.format or 'parquet'} dataset {job.dataset_fingerprint}, pipeline {job.pipeline_hash}")
+        lines.extend(_source_lines(job))
         lines.extend(_status_ranks(job))
     return "\n".join(lines) + "\n"
+
+
+def _source_lines(job: Any) -> list[str]:
+    """A mixture's sources: each one's share of what was served, to check against its weight."""
+    served = sum(s.samples_served for s in job.sources) or 1
+    tokens = sum(s.tokens_served for s in job.sources) or 1
+    return [f"    source {s.name!r}: {s.num_samples} samples; served {s.samples_served} samples "
+            f"({s.samples_served / served:.1%}), {s.tokens_served} tokens ({s.tokens_served / tokens:.1%})"
+            for s in job.sources]
 
 
 def _scaling_lines(scaling: Any) -> list[str]:

@@ -33,6 +33,7 @@ from typing import Any
 from google.protobuf.descriptor import FieldDescriptor
 
 from shardstream.proto.errors import InvalidJobSpec
+from shardstream.proto.mixture import Mixture, check_mixture
 from shardstream.proto.v1 import loader_pb2 as pb
 
 GROUPS = ("", "order", "format")  # "": the flat keywords DataLoader users know
@@ -56,6 +57,9 @@ class Option:
     # how the message carries it, beside as itself: "json" (an object's text), "policy" (an enum),
     # "optional" (a field with presence: unset is None)
     wire: str = ""
+    # absent from the message at its default ("" for a JSON option), so that the fingerprints of
+    # jobs without it stay those of before it (transform_args and format_args always send "{}")
+    sent_when_set: bool = False
     check: Callable[[Any], str | None] | None = None  # the refusal's text for a bad value, or None
 
 
@@ -75,7 +79,7 @@ class JobOptions:
     dataset: tuple[str, ...] = option(
         (), "a directory, glob or file URL (any fsspec URL), or a list of them", proto="dataset",
         limits=("dataset_entries", "url_chars"),
-        check=lambda v: None if v and all(v) else "dataset is empty: give a directory, a glob or a list of files")
+        check=lambda v: None if all(v) else f"dataset has an empty entry: {list(v)}")
     batch_size: int = option(0, "samples per batch, as DataLoader's", proto="batch_size", shape=True,
                              limits=("batch_size",), record="order", check=_positive("batch_size"))
     shuffle: bool = option(True, "as DistributedSampler's", proto="shuffle", record="order")
@@ -159,10 +163,16 @@ class JobOptions:
         "in the same order; a new seed with the same augment_seed, a new order of the same augmentations",
         group="order", proto="augment_seed", wire="optional", record="pipeline", recorded_when_set=True)
 
+    mixture: dict[str, Any] = option(  # noqa: RUF009 (a field declaration, as dataclasses.field)
+        None, "several datasets in one job, each drawn at its weight (a Mixture, given as the dataset; "
+        "docs/mixtures.md)", proto="mixture_json", wire="json", sent_when_set=True, limits=("args_bytes",),
+        record="order", recorded_when_set=True, check=check_mixture)
+
     def __post_init__(self) -> None:
         set_ = lambda name, value: object.__setattr__(self, name, value)  # noqa: E731
         set_("transform_args", dict(self.transform_args or {}))
         set_("format_args", dict(self.format_args or {}))
+        set_("mixture", dict(self.mixture or {}))
         for name, fold in FOLDED.items():
             value = getattr(self, name)
             if value is not None:
@@ -185,6 +195,10 @@ class JobOptions:
         values = {k: v for k, v in keywords.items() if v is not None or k in FOLDED}
         if isinstance(values.get("dataset"), str):
             values["dataset"] = (values["dataset"],)
+        if isinstance(values.get("dataset"), Mixture):
+            values["mixture"] = values.pop("dataset")
+        if isinstance(values.get("mixture"), Mixture):
+            values["mixture"] = values["mixture"].as_option()
         for name in ("dataset", "columns"):
             if name in values:
                 values[name] = tuple(values[name])
@@ -212,7 +226,8 @@ class JobOptions:
         msg = pb.JobSpec()
         for name, declared in DECLARED.items():
             value = getattr(self, name)
-            if declared.proto and not (declared.wire == "optional" and value is None):
+            if declared.proto and not (declared.wire == "optional" and value is None) \
+                    and not (declared.sent_when_set and value == DEFAULTS[name]):
                 _set(msg, declared.proto, _encode(declared, value, canonical))
         return msg
 
@@ -270,6 +285,15 @@ def fingerprint(msg: pb.JobSpec) -> str:
 def _together(spec: JobOptions) -> list[str]:
     """Refusals of options that do not go together."""
     refusals = []
+    if not spec.dataset and not spec.mixture:
+        refusals.append("dataset is empty: give a directory, a glob or a list of files (or a Mixture)")
+    if spec.mixture:
+        refusals.extend(f"a Mixture names each source's {name} itself: leave the job's {name} out"
+                        for name in ("dataset", "format", "format_args") if getattr(spec, name))
+        if spec.weights:
+            refusals.append("weights and a Mixture are two ways to weigh samples: choose one")
+        if spec.shuffle_block:
+            refusals.append("shuffle_block and a Mixture are two orders of an epoch: choose one")
     if spec.shuffle_block and not spec.shuffle:
         refusals.append("shuffle_block is a way to shuffle: set shuffle=True with it, or leave it out")
     if spec.weights and spec.shuffle_block:

@@ -73,6 +73,14 @@ class DatasetIndex:
     shards: tuple[Shard, ...]
     schema: pa.Schema
     format: str = "parquet"
+    # A mixture's sources in order, (name, samples): each a run of consecutive global indices
+    # (mixture_index.py); () for one dataset.
+    sources: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def source_starts(self) -> np.ndarray:
+        """A mixture's first global index of each source, and the end (len = sources + 1)."""
+        return np.concatenate([[0], np.cumsum([rows for _, rows in self.sources])]).astype(np.int64)
 
     @property
     def num_rows(self) -> int:
@@ -96,6 +104,8 @@ class DatasetIndex:
             reading = f"\0{s.reading}" if s.reading else ""  # Parquet's fingerprints as before formats
             h.update(f"{s.url}\0{s.size}\0{s.num_rows}\0{s.version}{reading}\n".encode())
         h.update(self.schema.to_string(show_schema_metadata=False).encode())
+        for name, rows in self.sources:  # a file moved from one source to another changes the mixture
+            h.update(f"source\0{name}\0{rows}\n".encode())
         return h.hexdigest()[:16]
 
     def locate(self, index: int) -> tuple[str, int]:

@@ -134,6 +134,18 @@ class JobServed:
     positions: dict[int, tuple[int, int]] = field(default_factory=dict)  # rank -> latest (epoch, step)
     # rank -> (the data stall its latest want here carried, time.time() that want arrived)
     stalls: dict[int, tuple[float, float]] = field(default_factory=dict)
+    # a mixture's samples and tokens sent of each source, in the spec's order; []: not a mixture
+    source_samples: list[int] = field(default_factory=list)
+    source_tokens: list[int] = field(default_factory=list)
+
+    def add_sources(self, samples: list[int], tokens: list[int]) -> None:
+        self.source_samples = add_lists(self.source_samples, samples)
+        self.source_tokens = add_lists(self.source_tokens, tokens)
+
+
+def add_lists(a: list[int], b: list[int]) -> list[int]:
+    """Two per-source counts summed (an empty one is all zeros)."""
+    return [x + y for x, y in zip(a or [0] * len(b), b or [0] * len(a), strict=True)]
 
 
 @dataclass

@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from shardstream.proto.errors import InvalidJobSpec
+from shardstream.service.mixture_plan import mixture_sequence
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,15 @@ class SamplingSpec:
     # rank's samples are grouped into batches of similar length, bucket_window batches at a time.
     lengths: bytes = b""
     bucket_window: int = 0
+    # A mixture (mixture_plan.py): each source's samples, in global order, and the weight phases
+    # (first global step, weights); () for one dataset. The epoch's sequence is the mixture's N draws.
+    mixture_rows: tuple[int, ...] = ()
+    mixture_phases: tuple[tuple[int, tuple[float, ...]], ...] = ()
+
+    @property
+    def in_order(self) -> bool:
+        """The epoch's sequence is arange(N): nothing shuffles or draws it."""
+        return not self.shuffle and not self.weights and not self.mixture_rows
 
     @property
     def samples_per_rank(self) -> int:
@@ -85,6 +95,8 @@ class EpochPlan:
         weighted draws, the block shuffle); int64. Unshuffled, it is never made (`_at`)."""
         s = self.sampling
         n = s.num_samples_total
+        if s.mixture_rows:
+            return self._mixture_sequence()
         if s.weights:
             generator = torch.Generator()
             generator.manual_seed(s.seed + self.epoch)
@@ -97,6 +109,17 @@ class EpochPlan:
             generator.manual_seed(s.seed + self.epoch)
             return torch.randperm(n, generator=generator).numpy().astype(np.int64)
         return np.arange(n, dtype=np.int64)
+
+    def _mixture_sequence(self) -> np.ndarray:
+        """The mixture's draws as global indices. Its schedule counts global steps (W x B places
+        each) across epochs: this epoch's first is epoch x batches_per_rank."""
+        s = self.sampling
+        per_step = s.world_size * s.batch_size
+        source, sample = mixture_sequence(s.mixture_rows, s.mixture_phases, s.num_samples_total, s.seed, self.epoch,
+                                          places_per_step=per_step,
+                                          first_place=self.epoch * s.batches_per_rank * per_step, shuffle=s.shuffle)
+        starts = np.concatenate([[0], np.cumsum(s.mixture_rows)]).astype(np.int64)
+        return starts[source] + sample
 
     @property
     def order(self) -> np.ndarray:
@@ -112,7 +135,7 @@ class EpochPlan:
             return np.empty(0, dtype=np.int64)
         wrapped = positions % n
         s = self.sampling
-        if not s.weights and not s.shuffle:
+        if s.in_order:
             return wrapped  # the unshuffled sequence is arange(N)
         return self.sequence[wrapped]
 

@@ -24,9 +24,12 @@ OTHER: dict[str, Any] = {
     "on_corrupt": "skip", "shuffle_block": 100, "weights": "w", "bucket_by": "length", "bucket_window": 8,
     "format": "tokens", "format_args": {"seq_len": 16}, "seq_len": 32, "dtype": "uint16", "url_column": "u",
     "collate": "pad", "pad_value": -1.5, "nulls": "mask", "augment_seed": 0,
+    "mixture": {"sources": [{"name": "a", "dataset": ["/x"], "format": "", "format_args": {}}],
+                "phases": [[0, [1.0]]]},
 }
 TOGETHER: dict[str, dict[str, Any]] = {  # what an option needs beside it
     "shuffle_block": {"shuffle": True}, "bucket_window": {"bucket_by": "length"}, "bucket_by": {"bucket_window": 8},
+    "mixture": {"dataset": ()},
 }
 # Fingerprints the loader of protocol version 4 wrote into checkpoints (its client/state.py over its
 # job_spec()), for dataset "/d", batch_size 8, world_size 2: a checkpoint taken then still resumes.
@@ -70,7 +73,10 @@ def test_every_option_has_a_value_to_test_with() -> None:
 
 @pytest.mark.parametrize(("overrides", "needle"), [
     ({"dataset": ()}, "dataset is empty"),
-    ({"dataset": ("/a", "")}, "dataset is empty"),
+    ({"dataset": ("/a", "")}, "dataset has an empty entry"),
+    ({"mixture": OTHER["mixture"]}, "names each source's dataset itself"),
+    ({"dataset": (), "mixture": OTHER["mixture"], "weights": "w"}, "weights and a Mixture"),
+    ({"dataset": (), "mixture": {"sources": []}}, "at least one source"),
     ({"batch_size": 0}, "batch_size must be > 0"),
     ({"batch_size": -3}, "batch_size must be > 0"),
     ({"batch_size": True}, "batch_size must be int"),
@@ -171,8 +177,10 @@ def test_the_manifest_records_options_by_their_declarations() -> None:
     assert "nulls" not in plain["pipeline"] and masked["pipeline"]["nulls"] == "mask"
     assert masked["pipeline"]["hash"] != plain["pipeline"]["hash"]
     recorded = {name for name, d in DECLARED.items() if d.record == "order"}
-    assert set(plain["order"]) == recorded == {"world_size", "batch_size", "shuffle", "seed", "drop_last",
-                                               "shuffle_block", "weights", "bucket_by", "bucket_window"}
+    assert recorded == {"world_size", "batch_size", "shuffle", "seed", "drop_last", "shuffle_block", "weights",
+                        "bucket_by", "bucket_window", "mixture"}
+    assert set(plain["order"]) == recorded - {"mixture"}  # a mixture is recorded only when set
+    assert other("mixture").recorded("order")["mixture"] == OTHER["mixture"]
     # pipeline hashes as manifests recorded them before the declarations (checkpoints carry them)
     assert plain["pipeline"]["hash"] == "12818089324470b0"
     full = make(transform="image", transform_args={"size": 8, "flip": True}, collate="pad", pad_value=-1.5,

@@ -8,27 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shardstream.service.mixture_plan import mixture_sequence
-
-
-def oracle_sources(sizes: list[int], phases: list[tuple[int, list[float]]], length: int, seed: int, epoch: int,
-                   places_per_step: int) -> list[int]:
-    """Place by place: each source's cumulative weight; a draw wherever it reaches k + u_s."""
-    events = []
-    for s, size in enumerate(sizes):
-        if size <= 0:
-            continue
-        u = np.random.default_rng([seed, epoch, s, 0x6D69]).random()
-        total, k = 0.0, 0
-        for p in range(length):
-            step = p // places_per_step
-            weights = [w for start, w in phases if start <= step][-1]
-            w = weights[s] / sum(weights)
-            while total + w >= k + u - 1e-12 and w > 0:  # k + u reached within place p
-                at = p + (k + u - total) / w
-                events.append((at, s))
-                k += 1
-            total += w
-    return [s for _, s in sorted(events)][:length]
+from tests.mixture_oracle import oracle_sources
 
 
 @settings(max_examples=60, deadline=None)

@@ -59,7 +59,7 @@ class TransformSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., args_json: _Optional[str] = ...) -> None: ...
 
 class JobSpec(_message.Message):
-    __slots__ = ("dataset", "batch_size", "shuffle", "seed", "drop_last", "world_size", "transform", "columns", "on_corrupt", "shuffle_block", "format", "format_args_json", "collate", "pad_value", "weights", "bucket_by", "bucket_window", "nulls", "augment_seed")
+    __slots__ = ("dataset", "batch_size", "shuffle", "seed", "drop_last", "world_size", "transform", "columns", "on_corrupt", "shuffle_block", "format", "format_args_json", "collate", "pad_value", "weights", "bucket_by", "bucket_window", "nulls", "augment_seed", "mixture_json")
     DATASET_FIELD_NUMBER: _ClassVar[int]
     BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
     SHUFFLE_FIELD_NUMBER: _ClassVar[int]
@@ -79,6 +79,7 @@ class JobSpec(_message.Message):
     BUCKET_WINDOW_FIELD_NUMBER: _ClassVar[int]
     NULLS_FIELD_NUMBER: _ClassVar[int]
     AUGMENT_SEED_FIELD_NUMBER: _ClassVar[int]
+    MIXTURE_JSON_FIELD_NUMBER: _ClassVar[int]
     dataset: _containers.RepeatedScalarFieldContainer[str]
     batch_size: int
     shuffle: bool
@@ -98,7 +99,8 @@ class JobSpec(_message.Message):
     bucket_window: int
     nulls: str
     augment_seed: int
-    def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ..., shuffle_block: _Optional[int] = ..., format: _Optional[str] = ..., format_args_json: _Optional[str] = ..., collate: _Optional[str] = ..., pad_value: _Optional[float] = ..., weights: _Optional[str] = ..., bucket_by: _Optional[str] = ..., bucket_window: _Optional[int] = ..., nulls: _Optional[str] = ..., augment_seed: _Optional[int] = ...) -> None: ...
+    mixture_json: str
+    def __init__(self, dataset: _Optional[_Iterable[str]] = ..., batch_size: _Optional[int] = ..., shuffle: _Optional[bool] = ..., seed: _Optional[int] = ..., drop_last: _Optional[bool] = ..., world_size: _Optional[int] = ..., transform: _Optional[_Union[TransformSpec, _Mapping]] = ..., columns: _Optional[_Iterable[str]] = ..., on_corrupt: _Optional[_Union[CorruptPolicy, str]] = ..., shuffle_block: _Optional[int] = ..., format: _Optional[str] = ..., format_args_json: _Optional[str] = ..., collate: _Optional[str] = ..., pad_value: _Optional[float] = ..., weights: _Optional[str] = ..., bucket_by: _Optional[str] = ..., bucket_window: _Optional[int] = ..., nulls: _Optional[str] = ..., augment_seed: _Optional[int] = ..., mixture_json: _Optional[str] = ...) -> None: ...
 
 class OpenJobRequest(_message.Message):
     __slots__ = ("protocol_version", "job_name", "spec", "rank", "priority")
@@ -115,7 +117,7 @@ class OpenJobRequest(_message.Message):
     def __init__(self, protocol_version: _Optional[int] = ..., job_name: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., rank: _Optional[int] = ..., priority: _Optional[str] = ...) -> None: ...
 
 class OpenJobResponse(_message.Message):
-    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files")
+    __slots__ = ("job_id", "spec_fingerprint", "dataset_fingerprint", "num_samples", "samples_per_rank", "batches_per_rank", "num_files", "sources")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     SPEC_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
     DATASET_FINGERPRINT_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +125,7 @@ class OpenJobResponse(_message.Message):
     SAMPLES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
     BATCHES_PER_RANK_FIELD_NUMBER: _ClassVar[int]
     NUM_FILES_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     spec_fingerprint: str
     dataset_fingerprint: str
@@ -130,7 +133,22 @@ class OpenJobResponse(_message.Message):
     samples_per_rank: int
     batches_per_rank: int
     num_files: int
-    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ...) -> None: ...
+    sources: _containers.RepeatedCompositeFieldContainer[MixtureSource]
+    def __init__(self, job_id: _Optional[str] = ..., spec_fingerprint: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., num_samples: _Optional[int] = ..., samples_per_rank: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., num_files: _Optional[int] = ..., sources: _Optional[_Iterable[_Union[MixtureSource, _Mapping]]] = ...) -> None: ...
+
+class MixtureSource(_message.Message):
+    __slots__ = ("name", "first_sample", "num_samples", "samples_served", "tokens_served")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    FIRST_SAMPLE_FIELD_NUMBER: _ClassVar[int]
+    NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_SERVED_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_SERVED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    first_sample: int
+    num_samples: int
+    samples_served: int
+    tokens_served: int
+    def __init__(self, name: _Optional[str] = ..., first_sample: _Optional[int] = ..., num_samples: _Optional[int] = ..., samples_served: _Optional[int] = ..., tokens_served: _Optional[int] = ...) -> None: ...
 
 class ListDecodersRequest(_message.Message):
     __slots__ = ("protocol_version", "job_id")
@@ -219,7 +237,7 @@ class GetStatusRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second", "format", "dataset_fingerprint", "pipeline_hash", "ranks", "priority", "priority_weight", "owner")
+    __slots__ = ("job_id", "job_name", "num_samples", "batches_per_rank", "world_size", "batches_served", "samples_served", "bytes_served", "samples_replaced", "active_streams", "samples_per_second", "format", "dataset_fingerprint", "pipeline_hash", "ranks", "priority", "priority_weight", "owner", "sources")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_SAMPLES_FIELD_NUMBER: _ClassVar[int]
@@ -238,6 +256,7 @@ class JobStatus(_message.Message):
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_WEIGHT_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
+    SOURCES_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     job_name: str
     num_samples: int
@@ -256,7 +275,8 @@ class JobStatus(_message.Message):
     priority: str
     priority_weight: float
     owner: str
-    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., format: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., pipeline_hash: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., priority: _Optional[str] = ..., priority_weight: _Optional[float] = ..., owner: _Optional[str] = ...) -> None: ...
+    sources: _containers.RepeatedCompositeFieldContainer[MixtureSource]
+    def __init__(self, job_id: _Optional[str] = ..., job_name: _Optional[str] = ..., num_samples: _Optional[int] = ..., batches_per_rank: _Optional[int] = ..., world_size: _Optional[int] = ..., batches_served: _Optional[int] = ..., samples_served: _Optional[int] = ..., bytes_served: _Optional[int] = ..., samples_replaced: _Optional[int] = ..., active_streams: _Optional[int] = ..., samples_per_second: _Optional[float] = ..., format: _Optional[str] = ..., dataset_fingerprint: _Optional[str] = ..., pipeline_hash: _Optional[str] = ..., ranks: _Optional[_Iterable[_Union[RankStatus, _Mapping]]] = ..., priority: _Optional[str] = ..., priority_weight: _Optional[float] = ..., owner: _Optional[str] = ..., sources: _Optional[_Iterable[_Union[MixtureSource, _Mapping]]] = ...) -> None: ...
 
 class RankStatus(_message.Message):
     __slots__ = ("rank", "epoch", "step", "position_batches", "lag_batches", "batches_per_second", "data_stall")

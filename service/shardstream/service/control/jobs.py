@@ -33,6 +33,7 @@ from shardstream.proto.errors import (
     TooManyJobs,
 )
 from shardstream.proto.job_options import JobOptions
+from shardstream.proto.mixture import read_mixture
 from shardstream.service.control.access import DatasetAccess
 from shardstream.service.control.open_errors import opening_error
 from shardstream.service.control.per_sample import read_lengths, read_weights
@@ -41,7 +42,13 @@ from shardstream.service.control.reproducibility import job_manifest
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset, job_format_args
 from shardstream.service.limits import DEFAULT_LIMITS, DEFAULT_MAX_JOBS, RequestLimits
-from shardstream.service.node_messages import DEFAULT_MAX_BATCH_BYTES, DecodeJob, JobServed
+from shardstream.service.mixture_index import index_mixture
+from shardstream.service.node_messages import (
+    DEFAULT_MAX_BATCH_BYTES,
+    DecodeJob,
+    JobServed,
+    add_lists,
+)
 from shardstream.service.plan import SamplingSpec
 from shardstream.service.shares import DEFAULT_CLASS
 from shardstream.service.transforms import build_transform
@@ -58,6 +65,9 @@ class JobCounters:
     bytes_served: int = 0
     samples_replaced: int = 0
     busy_seconds: float = 0.0  # decode-actor seconds its batches took (the scaling policy's demand)
+    # a mixture's samples and tokens served of each source, in the spec's order; []: not a mixture
+    source_samples: list[int] = field(default_factory=list)
+    source_tokens: list[int] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -143,7 +153,8 @@ class Job:
         return progress
 
     def count(self, batches: int = 0, samples: int = 0, nbytes: int = 0, replaced: int = 0,
-              busy_s: float = 0.0) -> None:
+              busy_s: float = 0.0, source_samples: list[int] | None = None,
+              source_tokens: list[int] | None = None) -> None:
         with self._lock:
             self.last_active = time.monotonic()
             c = self.counters
@@ -154,6 +165,9 @@ class Job:
             c.bytes_served += nbytes
             c.samples_replaced += replaced
             c.busy_seconds += busy_s
+            if source_samples and len(source_samples) == len(self.index.sources):
+                c.source_samples = add_lists(c.source_samples, source_samples)
+                c.source_tokens = add_lists(c.source_tokens, source_tokens or [0] * len(source_samples))
 
 
 def _both(first: Callable[[str], None], then: Callable[[str], None], url: str) -> None:
@@ -263,9 +277,13 @@ class JobRegistry:
         for planned in (spec.weights, spec.bucket_by):
             if planned and columns and planned not in columns:
                 columns = (*columns, planned)
-        index = index_dataset(spec.dataset, columns, allow=check, format=spec.format,
-                              format_args=job_format_args(spec.format, spec.format_args, dict(spec.transform_args),
-                                                          self.max_line_bytes))
+        mixture = read_mixture(spec.mixture) if spec.mixture else None
+        if mixture is not None:
+            index = index_mixture(mixture, columns, check, dict(spec.transform_args), self.max_line_bytes)
+        else:
+            index = index_dataset(spec.dataset, columns, allow=check, format=spec.format,
+                                  format_args=job_format_args(spec.format, spec.format_args,
+                                                              dict(spec.transform_args), self.max_line_bytes))
         build_collation(spec.collate, spec.pad_value, self.allowed_transform_modules)  # refused here, not mid-epoch
         selected = [f for f in index.schema if not spec.columns or f.name in spec.columns]  # not the plan's
         check_job_schema(pa.schema(selected), transform, spec.collate, index, spec.nulls)
@@ -278,7 +296,8 @@ class JobRegistry:
                                 index.row_group_rows if spec.shuffle_block else (),
                                 read_weights(index, spec.weights).astype("<f8").tobytes() if spec.weights else b"",
                                 read_lengths(index, spec.bucket_by).astype("<i8").tobytes() if spec.bucket_by else b"",
-                                spec.bucket_window)
+                                spec.bucket_window, tuple(rows for _, rows in index.sources),
+                                mixture.phases if mixture is not None else ())
         decode = DecodeJob(job_id=job_id, index=index, spec=spec,
                            allowed_transform_modules=self.allowed_transform_modules, sampling=sampling,
                            weight=self.priority_weights[priority], max_cache_bytes=self.max_cache_bytes,
@@ -308,7 +327,8 @@ class JobRegistry:
             job = self._jobs.get(job_id)
         if job is None:
             return
-        job.count(batches=served.batches, samples=served.samples, nbytes=served.nbytes, busy_s=served.busy_seconds)
+        job.count(batches=served.batches, samples=served.samples, nbytes=served.nbytes, busy_s=served.busy_seconds,
+                  source_samples=served.source_samples, source_tokens=served.source_tokens)
         positions = job.rank_positions()
         for rank, (epoch, step) in served.positions.items():
             # Several actors serve a rank and report apart: a report may be behind another's.

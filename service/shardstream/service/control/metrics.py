@@ -138,10 +138,17 @@ class _StateCollector(Collector):
         job_stall = GaugeMetricFamily("shardstream_job_data_stall_ratio",
                                       "The largest data stall ratio among a job's ranks (the one a synchronous "
                                       "job waits for)", labels=["job"])
+        by_source = {name: CounterMetricFamily(f"shardstream_source_{name}", help_text, labels=["job", "source"])
+                     for name, help_text in (("samples_served", "A mixture's samples streamed, by source"),
+                                             ("tokens_served", "A mixture's tokens (input_ids, without padding) "
+                                                               "streamed, by source"))}
         for job in self.registry.all():
             c = job.counters
             for name, family in counters.items():
                 family.add_metric([job.label], getattr(c, name))
+            for i, (source, _rows) in enumerate(job.index.sources):
+                by_source["samples_served"].add_metric([job.label, source], c.source_samples[i] if c.source_samples else 0)
+                by_source["tokens_served"].add_metric([job.label, source], c.source_tokens[i] if c.source_tokens else 0)
             streams.add_metric([job.label], streaming.get(job.job_id, 0))
             ranks = job.ranks()
             for rank in ranks:
@@ -154,6 +161,7 @@ class _StateCollector(Collector):
             if stalls:
                 job_stall.add_metric([job.label], max(stalls))
         yield from counters.values()
+        yield from by_source.values()
         yield from (streams, position, lag, stall, job_stall)
         status = self.pool.status()
         decoders = GaugeMetricFamily("shardstream_decoders", "Decode actors in the pool")

@@ -32,7 +32,7 @@ from shardstream.service.config import ServiceConfig
 from shardstream.service.control.auth import Gate, caller
 from shardstream.service.control.bounded import StorageCalls
 from shardstream.service.control.decode_scaling import DecodeScaling
-from shardstream.service.control.jobs import Job, JobRegistry, RankProgress
+from shardstream.service.control.jobs import Job, JobCounters, JobRegistry, RankProgress
 from shardstream.service.control.metrics import ServiceMetrics
 from shardstream.service.control.pool import DecodePool
 from shardstream.service.control.spec import read_spec
@@ -135,6 +135,7 @@ class LoaderServicer(pb_grpc.LoaderServicer):
             num_samples=job.index.num_rows,
             samples_per_rank=job.sampling.samples_per_rank,
             batches_per_rank=job.sampling.batches_per_rank,
+            sources=_sources(job),
             num_files=len(job.index.shards),
         )
 
@@ -232,8 +233,17 @@ def _job_status(job: Job, streaming: int) -> pb.JobStatus:
         format=job.index.format, dataset_fingerprint=job.index.fingerprint,
         pipeline_hash=job.manifest.get("pipeline", {}).get("hash", ""),
         ranks=[_rank_status(rank) for rank in job.ranks()],
-        priority=job.priority, priority_weight=job.decode.weight, owner=job.owner,
+        priority=job.priority, priority_weight=job.decode.weight, owner=job.owner, sources=_sources(job, c),
     )
+
+
+def _sources(job: Job, served: JobCounters | None = None) -> list[pb.MixtureSource]:
+    """A mixture's sources: where each one's samples are, and what was served of each."""
+    starts = job.index.source_starts
+    samples, tokens = (served.source_samples, served.source_tokens) if served is not None else ([], [])
+    return [pb.MixtureSource(name=name, first_sample=int(starts[i]), num_samples=rows,
+                             samples_served=samples[i] if samples else 0, tokens_served=tokens[i] if tokens else 0)
+            for i, (name, rows) in enumerate(job.index.sources)]
 
 
 def _rank_status(r: RankProgress) -> pb.RankStatus:

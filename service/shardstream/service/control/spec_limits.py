@@ -39,6 +39,10 @@ def check_job_message(msg: pb.JobSpec, limits: RequestLimits) -> None:
             for item in value:
                 _check_length(_ITEM.get(name, name), item, limits, each)
     _check_sample_size(msg.transform.name, parsed.get("transform_args"), parsed.get("format_args"), limits)
+    mixture = parsed.get("mixture")
+    for source in mixture.get("sources", []) if isinstance(mixture, dict) else []:  # each source's format_args
+        if isinstance(source, dict):
+            _check_sample_size("", None, source.get("format_args"), limits)
 
 
 _PLURAL = {"dataset": "dataset entries"}

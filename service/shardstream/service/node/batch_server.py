@@ -126,12 +126,14 @@ class BatchServer:
         served.queued, served.refusals = self.queued, self.refusals.take()
         return served
 
-    def _sent(self, opened: pb.FetchOpen, step: int, samples: int, nbytes: int) -> None:
+    def _sent(self, opened: pb.FetchOpen, step: int, decoded: DecodedBatch, nbytes: int) -> None:
         with self._served_lock:
             job = self._served.jobs.setdefault(opened.job_id, JobServed())
             job.batches += 1
-            job.samples += samples
+            job.samples += len(decoded.indices)
             job.nbytes += nbytes
+            if decoded.by_source is not None:
+                job.add_sources(*decoded.by_source)
             job.positions[opened.rank] = max(job.positions.get(opened.rank, (opened.epoch, step)), (opened.epoch, step))
 
     def forget(self, job_id: str) -> None:
@@ -297,7 +299,7 @@ class BatchServer:
                     await _sent(sending)  # frames go out whole, one after another, in the order wanted
                     sending = loop.create_task(_send(connection, message))
                     message = encode_bulk(opened.epoch, opened.rank, want.step, size)
-                self._sent(opened, want.step, len(decoded.indices), size)
+                self._sent(opened, want.step, decoded, size)
                 del decoded
                 yield message
             await _sent(sending)  # the last frame, before the socket closes

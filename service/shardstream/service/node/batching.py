@@ -78,6 +78,8 @@ class DecodedBatch:
     # The serialized Batch when the batch was collated into it (bytes, or where `allocate` put
     # it: wire.SharedRef); `arrays` view it.
     message: Any = None
+    # A mixture's batch: (samples, tokens) of each source (shardstream.proto.mixture.served_by_source)
+    by_source: tuple[list[int], list[int]] | None = None
     nbytes: int = field(init=False)
 
     def __post_init__(self) -> None:

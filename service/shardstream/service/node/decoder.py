@@ -22,6 +22,7 @@ import numpy as np
 import ray
 
 from shardstream.proto.errors import InvalidJobSpec, JobNotFound
+from shardstream.proto.mixture import served_by_source
 from shardstream.proto.wire import Allocate, FrameHeader
 from shardstream.proto.writable_bytes import writable_bytes
 from shardstream.service.allocator import keep_freed_memory
@@ -124,6 +125,8 @@ class DecodeWorker:
         check_step(job.sampling, epoch, rank, step)
         batch = self._decode(job_id, epoch, self._plans.get(job.sampling, epoch, job_id).batch_indices(rank, step),
                              FrameHeader(epoch, rank, step), allocate)
+        if job.index.sources:  # what the job gets of each source (status, metrics)
+            batch.by_source = served_by_source(job.index.source_starts, batch.indices, batch.arrays)
         with self._lock:
             self._report.reads.add(batch.reads)
             self._report.decode_seconds.append(batch.decode_seconds)

@@ -36,6 +36,13 @@ def image(**args: Any) -> dict[str, Any]:
 
 
 # (what to set to the limit, the same one past it, the setting named, the field named)
+def mixture_of(seq_len: int = 8, n: int = 1) -> str:
+    """A mixture's JSON: n sources of token windows of seq_len."""
+    return json.dumps({"sources": [{"name": f"s{i}", "dataset": [f"/d{i}"], "format": "tokens",
+                                    "format_args": {"seq_len": seq_len}} for i in range(n)],
+                       "phases": [[0, [1] * n]]})
+
+
 CASES: list[tuple[dict[str, Any], dict[str, Any], str, str]] = [
     ({"world_size": L.world_size}, {"world_size": L.world_size + 1}, "max_world_size", "world_size 65,537"),
     ({"world_size": L.world_size}, {"world_size": 2**31 - 1}, "max_world_size", "world_size 2,147,483,647"),
@@ -62,6 +69,12 @@ CASES: list[tuple[dict[str, Any], dict[str, Any], str, str]] = [
     ({"format": "jsonl", "format_args_json": json.dumps({"max_line_bytes": L.line_bytes})},
      {"format": "jsonl", "format_args_json": json.dumps({"max_line_bytes": L.line_bytes + 1})}, "max_line_bytes",
      "format_args max_line_bytes 16,777,217"),
+    ({"dataset": [], "mixture_json": mixture_of(seq_len=L.seq_len)},
+     {"dataset": [], "mixture_json": mixture_of(seq_len=L.seq_len + 1)},
+     "max_seq_len", "format_args seq_len 1,048,577"),
+    ({"dataset": [], "mixture_json": mixture_of(n=200)}, {"dataset": [], "mixture_json": mixture_of(n=1_000)},
+     "max_args_bytes",
+     "mixture (JSON, bytes) 93,812"),
     (image(size=L.image_side), image(size=L.image_side + 1), "max_image_side", "transform_args size 8,193"),
     (image(size=[8, L.image_side]), image(size=[8, 2**40]), "max_image_side", "transform_args size"),
     (image(resize_short=L.image_side), image(resize_short=L.image_side + 1), "max_image_side",
