@@ -30,3 +30,16 @@ def test_format_example_runs(service_address: str, name: str) -> None:
     for expected in EXAMPLES[name]:
         assert expected in done.stdout, done.stdout
     assert "epoch 1, first batch" in done.stdout
+
+
+def test_llm_example_trains_on_a_packed_mixture_and_resumes(service_address: str) -> None:
+    done = subprocess.run([sys.executable, "examples/llm/train_gpt.py", "--address", service_address, "--steps", "40",
+                           "--switch-at", "20"], capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = done.stdout
+    assert "38 batches per epoch from 600 documents" in lines, lines
+    losses = [float(line.split("loss ")[1].split(",")[0]) for line in lines.splitlines() if line.startswith("step ")]
+    assert len(losses) == 4 and losses[-1] < losses[0], lines  # it learns
+    shares = dict(part.split() for part in lines.split("source shares: ")[1].split(" (")[0].split(", "))
+    assert abs(float(shares["prose"]) - 0.6) < 0.02, lines  # 20 steps at 0.7, 20 at 0.5, within a batch's rounding
+    assert "padding fraction" in lines and "the next 18 batches are the same: True" in lines, lines

@@ -9,10 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from tokenizers import Tokenizer
 
 from shardstream.client import CheckpointMismatch, InvalidJobSpec, RemoteLoader
+from shardstream.service.transforms.token_packing import pack_documents
 from tests.datasets import oracle_batches
 from tests.integration.test_local_copy import _reads
 from tests.text_datasets import TEXTS, bpe_tokenizer, save, wordpiece_tokenizer, write_texts
@@ -86,3 +88,27 @@ def test_a_resume_with_a_rewritten_tokenizer_is_refused_naming_the_file(
     with loader(service_address, data, {"tokenizer": path}, "tokenize-resume-2") as again, \
             pytest.raises(CheckpointMismatch, match=rf"the transform's tokenizer file changed \('{path}' sha256 "):
         again.load_state_dict(state)
+
+
+def test_packed_rows_are_the_reference_ids_of_the_batch_packed_in_sampler_order(
+        service_address: str, texts: tuple[str, str]) -> None:
+    data, path = texts
+    args = {"tokenizer": path, "add_eos": True, "eos_token": "</s>", "max_length": 64, "pack": 16,
+            "mask_across_documents": True, "pad_id": 3}
+    reference = Tokenizer.from_file(path)
+    reference.enable_truncation(63)
+    eos = reference.token_to_id("</s>")
+    ids = [np.array([*reference.encode(text, add_special_tokens=False).ids, eos]) for text in TEXTS]
+    with loader(service_address, data, args, "tokenize-packed", collate="") as it:
+        it.set_epoch(2)
+        batches = list(it)
+    wanted = oracle_batches(N, 1, 0, 4, True, 3, False, 2)
+    assert len(batches) == len(wanted)
+    for batch, indices in zip(batches, wanted, strict=True):
+        packed = pack_documents([ids[i] for i in indices], 16, 3, mask_across_documents=True)
+        assert sorted(batch) == sorted(packed)
+        for key, value in packed.items():
+            assert batch[key].numpy().tolist() == value.tolist(), key
+    with pytest.raises(InvalidJobSpec, match="collates its batches itself"), \
+            loader(service_address, data, args, "tokenize-packed-pad") as it:
+        next(iter(it))

@@ -204,8 +204,12 @@ def _weight_changes(was: MixtureSpec, now: MixtureSpec) -> list[str]:
 
 def sample_tokens(columns: Mapping[str, Any]) -> np.ndarray | None:
     """Each sample's tokens in a batch: its `input_ids`' length without padding (collate="pad"
-    adds input_ids_lengths), else the row's elements; None for a batch without input_ids. Takes
+    adds input_ids_lengths; packed rows say each document's in document_lengths), else the row's
+    elements; None for a batch without input_ids. Takes
     numpy arrays (the service) or tensors (the loader)."""
+    packed = columns.get("document_lengths")  # rows of several documents (tokenize with pack)
+    if packed is not None:
+        return np.asarray(packed, dtype=np.int64).reshape(-1)
     ids = columns.get(TOKEN_COLUMN)
     if ids is None or not hasattr(ids, "shape") or not len(ids.shape):
         return None

@@ -32,6 +32,15 @@ def document_columns(inputs: np.ndarray, labels: np.ndarray, eos_id: int,
     starts = np.zeros((count, length), dtype=bool)
     starts[:, 0] = True
     starts[:, 1:] = ended[:, :-1]
+    if mask_across_documents:
+        labels[ended] = IGNORE_INDEX
+    return boundary_columns(starts)
+
+
+def boundary_columns(starts: np.ndarray) -> dict[str, np.ndarray]:
+    """position_ids, cu_seqlens and num_documents of rows [n, L] whose documents begin where
+    `starts` is True (every row's first place among them)."""
+    count, length = starts.shape
     place = np.arange(length, dtype=np.int64)
     position_ids = place - np.maximum.accumulate(np.where(starts, place, 0), axis=1)
     num_documents = starts.sum(axis=1).astype(np.int64)
@@ -39,9 +48,7 @@ def document_columns(inputs: np.ndarray, labels: np.ndarray, eos_id: int,
     first_starts = np.argsort(~starts, axis=1, kind="stable")
     cu_seqlens = np.full((count, length + 1), length, dtype=np.int32)
     cu_seqlens[:, :length] = np.where(place < num_documents[:, None], first_starts, length)
-    if mask_across_documents:
-        labels[ended] = IGNORE_INDEX
     return {"position_ids": position_ids, "cu_seqlens": cu_seqlens, "num_documents": num_documents}
 
 
-__all__ = ["DOCUMENT_COLUMNS", "IGNORE_INDEX", "document_columns"]
+__all__ = ["DOCUMENT_COLUMNS", "IGNORE_INDEX", "boundary_columns", "document_columns"]

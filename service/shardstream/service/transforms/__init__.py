@@ -27,10 +27,14 @@ def _image(_limits: RequestLimits, **kwargs: Any) -> SampleTransform:  # its siz
 
 
 def _tokenize(limits: RequestLimits, **kwargs: Any) -> SampleTransform:
-    from shardstream.service.transforms.tokenize import TokenizeTransform  # lazy: tokenizers
+    from shardstream.service.transforms.tokenize import (  # lazy: tokenizers
+        PackedTokenize,
+        TokenizeTransform,
+    )
 
     # prepare alone: a transform needs one of prepare and augment (build_transform checks)
-    return cast(SampleTransform, TokenizeTransform(**kwargs, longest=limits.seq_len))
+    kind = PackedTokenize if kwargs.get("pack") is not None else TokenizeTransform
+    return cast(SampleTransform, kind(**kwargs, longest=limits.seq_len))
 
 
 BUILTIN: dict[str, Callable[..., SampleTransform]] = {"image": _image, "tokenize": _tokenize}

@@ -8,6 +8,10 @@ Output per sample: ``input_ids``, int64 [L], and nothing else but the columns na
 Lengths vary, so a job collates with ``collate="pad"`` (``[B, Lmax]`` padded with ``pad_value``,
 and ``input_ids_lengths``); the plain stacking collate is refused when the job opens.
 
+With ``pack=L`` the transform collates its batches itself: the documents packed into rows of L
+tokens, greedy in order within the batch (token_packing.py), with labels, position_ids and
+cu_seqlens for variable-length attention; no collate is given then.
+
 The ids are exactly ``Tokenizer.from_file(tokenizer).encode(text, add_special_tokens=...)``'s,
 then BOS and EOS (``bos_token``/``eos_token`` looked up in the vocabulary) when asked; with
 `max_length`, the text's tokens are cut (the tokenizer's own truncation: right side, its
@@ -32,6 +36,7 @@ from tokenizers import Tokenizer
 from shardstream.proto.errors import InvalidJobSpec
 from shardstream.service.limits import DEFAULT_LIMITS
 from shardstream.service.transforms.base import Sample, check_tensor_column
+from shardstream.service.transforms.token_packing import pack_documents
 from shardstream.service.transforms.transform_files import TransformFile, read_file
 
 log = logging.getLogger(__name__)
@@ -46,12 +51,15 @@ class TokenizeTransform:
 
     def __init__(self, tokenizer: str, column: str = "text", add_bos: bool = False, add_eos: bool = False,
                  bos_token: str | None = None, eos_token: str | None = None, max_length: int | None = None,
-                 add_special_tokens: bool = False, keep: list[str] | None = None, *,
+                 add_special_tokens: bool = False, keep: list[str] | None = None, pack: int | None = None,
+                 mask_across_documents: bool = False, pad_id: int = 0, *,
                  longest: int = DEFAULT_LIMITS.seq_len) -> None:
         """`longest`: the most ids a sample may have without `max_length` (the service's
         max_seq_len; the registry passes it, a job cannot)."""
         keep = [] if keep is None else keep
         _check_arguments(tokenizer, column, add_bos, add_eos, add_special_tokens, max_length, keep, longest)
+        _check_packing(pack, mask_across_documents, pad_id, keep, longest)
+        self.pack, self.mask_across_documents, self.pad_id = pack, mask_across_documents, pad_id
         data, sha256 = read_file(tokenizer, WHAT)
         self.files = {"tokenizer": TransformFile(tokenizer, sha256)}  # the manifest's, pinned at open
         # The prepared-sample cache's key besides the arguments (the URL): the file's content and
@@ -134,6 +142,37 @@ class TokenizeTransform:
         return sample
 
 
+class PackedTokenize(TokenizeTransform):
+    """tokenize with `pack`: the same samples (and prepared-cache entries), collated into packed rows."""
+
+    def check_collate(self, collate: str) -> None:
+        if collate:
+            raise InvalidJobSpec(f"tokenize with pack={self.pack} collates its batches itself (documents packed "
+                                 f"into rows of {self.pack} tokens): leave collate={collate!r} out")
+
+    def collate(self, samples: list[Sample]) -> dict[str, np.ndarray]:
+        assert self.pack is not None
+        return pack_documents([sample[OUTPUT] for sample in samples], self.pack, self.pad_id,
+                              self.mask_across_documents)
+
+
+def _check_packing(pack: Any, mask_across_documents: Any, pad_id: Any, keep: list[str], longest: int) -> None:
+    if pack is None:
+        if mask_across_documents:
+            raise InvalidJobSpec("tokenize mask_across_documents is for packed rows: give pack=<tokens per row>")
+        return
+    if not isinstance(pack, int) or isinstance(pack, bool) or not 0 < pack <= longest:
+        raise InvalidJobSpec(f"tokenize pack must be the tokens per packed row, 1 to {longest:,} (this service's "
+                             f"max_seq_len), got {pack!r}")
+    if not isinstance(mask_across_documents, bool):
+        raise InvalidJobSpec(f"tokenize mask_across_documents must be true or false, got {mask_across_documents!r}")
+    if not isinstance(pad_id, int) or isinstance(pad_id, bool):
+        raise InvalidJobSpec(f"tokenize pad_id must be a token id, got {pad_id!r}")
+    if keep:
+        raise InvalidJobSpec(f"tokenize keep {keep} is per document, and a packed row holds several: leave keep "
+                             "out with pack (document_lengths says where each document went)")
+
+
 def _check_arguments(tokenizer: Any, column: Any, add_bos: Any, add_eos: Any, add_special_tokens: Any,
                      max_length: Any, keep: Any, longest: int) -> None:
     """InvalidJobSpec naming the first argument of a job's that is not what the transform takes,
@@ -180,4 +219,4 @@ def _token_id(tokenizer: Tokenizer, url: str, which: str, token: str | None) -> 
     return int(found)
 
 
-__all__ = ["OUTPUT", "TokenizeTransform"]
+__all__ = ["OUTPUT", "PackedTokenize", "TokenizeTransform"]

@@ -130,6 +130,13 @@ def test_kept_columns_pass_through_and_others_do_not(bpe: str) -> None:
     ({"keep": "idx"}, "keep must list other columns"),
     ({"vocab": 3}, "rejected its arguments"),
     ({"longest": 10**9}, "rejected its arguments"),  # the service's bound, not the job's
+    ({"pack": 0}, "pack must be the tokens per packed row, 1 to 1,048,576"),
+    ({"pack": True}, "pack must be the tokens per packed row"),
+    ({"pack": 2**21}, "pack must be the tokens per packed row"),
+    ({"pack": 8, "keep": ["idx"]}, "keep \\['idx'\\] is per document"),
+    ({"pack": 8, "pad_id": 1.5}, "pad_id must be a token id"),
+    ({"pack": 8, "mask_across_documents": 1}, "mask_across_documents must be true or false"),
+    ({"mask_across_documents": True}, "mask_across_documents is for packed rows"),
 ])
 def test_bad_arguments_are_refused_naming_them(bpe: str, args: dict[str, Any], message: str) -> None:
     with pytest.raises(InvalidJobSpec, match=message):
