@@ -39,7 +39,8 @@ test: setup proto-check chart-config-check lint typecheck
 # Side by side: shardstream, DataLoader, Ray Data, SPDL and (where TensorFlow installs) tf.data service;
 # then samples/s against the number of decode nodes (a chart), and shuffled reads of a dataset 4x
 # larger than the decoders' memory (local files and gs://), the prepared-sample cache on two
-# decode nodes, and decode capacity that follows demand against a static pool.
+# decode nodes, decode capacity that follows demand against a static pool, and language-model data
+# (a tokenized, packed mixture) against a DataLoader.
 bench: setup
 	$(PIP) install -q -e ".[dev,bench]"
 	$(PIP) install -q "tensorflow-cpu>=2.15" || echo "tensorflow-cpu did not install: the tf.data service column will be skipped"
@@ -50,6 +51,7 @@ bench: setup
 	$(PY) -m bench.shuffled_reads --gcs
 	$(PY) -m bench.prepared_peers
 	$(PY) -m bench.decode_scaling
+	$(PY) -m bench.llm
 
 lint: setup
 	$(VENV)/bin/ruff check .
