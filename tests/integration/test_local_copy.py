@@ -56,13 +56,15 @@ def _status(address: str) -> pb.ServiceStatus:
         return pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10)
 
 
+def _node_reads(address: str) -> pb.NodeReads:
+    """The node's read counters as the service has them now."""
+    [reads] = _status(address).node_reads or [pb.NodeReads()]  # one node
+    return reads
+
+
 def _reads(address: str) -> pb.NodeReads:
     """The node's read counters, once its actors have reported everything they did so far."""
-    def read() -> pb.NodeReads:
-        [reads] = _status(address).node_reads or [pb.NodeReads()]  # one node
-        return reads
-
-    return settled(read)
+    return settled(lambda: _node_reads(address))
 
 
 def _epoch(address: str, dataset: str, job: str, epoch: int, world_size: int = 2,
@@ -112,12 +114,12 @@ def test_storage_is_read_once_and_the_status_and_metrics_say_so(with_copy: tuple
     assert first.disk_misses - before.disk_misses == row_groups
     assert first.disk_bytes > before.disk_bytes
     _epoch(address, data, "counted", 1, world_size=1)  # another order, every row group again: all from the copy
-    second = _reads(address)
+    assert running.metrics_port
+    # the status and the metrics once the actors have reported, settled together
+    second, metrics = settled(lambda: (_node_reads(address), scrape(running.metrics_port)))
     assert second.storage_bytes_read == first.storage_bytes_read
     assert second.memory_hits > first.memory_hits
-    assert running.metrics_port
-    node = ("node", _status(address).node_reads[0].node_id)
-    metrics = settled(lambda: scrape(running.metrics_port))
+    node = ("node", second.node_id)
     assert metrics[("shardstream_storage_bytes_read_total", (node,))] == second.storage_bytes_read
     assert metrics[("shardstream_cache_misses_total", (node, ("tier", "disk")))] == second.disk_misses
     assert metrics[("shardstream_cache_bytes", (node, ("tier", "disk")))] == second.disk_bytes
@@ -162,9 +164,10 @@ def test_a_damaged_row_group_in_the_copy_is_fetched_again_never_served(with_copy
     _epoch(address, data, "damaged-copy", 0, world_size=1)  # every row group
     ours = sorted(set(copy.glob("*/*.arrow")) - before)
     assert ours
-    node = ("node", _reads(address).node_id)
+    reads, metrics = settled(lambda: (_node_reads(address), scrape(running.metrics_port)))
+    node = ("node", reads.node_id)
     key = ("shardstream_cache_faults_total", (("cache", "local_copy"), ("cause", "checksum"), node))
-    faults = settled(lambda: scrape(running.metrics_port)).get(key, 0)
+    faults = metrics.get(key, 0)
     for path in ours:
         before = path.stat()
         _flip_a_value(path)

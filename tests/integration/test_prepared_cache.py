@@ -23,7 +23,7 @@ from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.sample_index import slot_of
 from tests.cache_tiers import overwrite, stored_entry
 from tests.datasets import write_images
-from tests.integration.test_local_copy import _reads
+from tests.integration.test_local_copy import _node_reads, _reads
 from tests.integration.test_metrics import scrape
 from tests.settle import settled
 
@@ -92,12 +92,12 @@ def test_batches_are_the_same_bytes_cold_warm_and_off_and_a_second_job_starts_wa
     # starts warm: nothing to read or prepare, and still its own bytes.
     assert _epoch(address, data, "prepared-sweep", 0, seed=99) == _epoch(uncached[1], data, "prepared-sweep-off",
                                                                          0, seed=99)
-    second = _reads(address)
+    assert running.metrics_port
+    # the status and the metrics once the actors have reported, settled together
+    second, metrics = settled(lambda: (_node_reads(address), scrape(running.metrics_port)))
     assert second.prepared_misses == first.prepared_misses
     assert second.prepared_memory_hits - first.prepared_memory_hits == N
-    assert running.metrics_port
     node = ("node", second.node_id)
-    metrics = settled(lambda: scrape(running.metrics_port))
     assert metrics[("shardstream_prepared_cache_hits_total", (node, ("tier", "memory")))] == second.prepared_memory_hits
     assert metrics[("shardstream_prepared_cache_misses_total", (node,))] == second.prepared_misses
     assert metrics[("shardstream_prepared_cache_bytes", (node, ("tier", "disk")))] == second.prepared_disk_bytes
@@ -118,8 +118,13 @@ def test_a_rewritten_shard_is_prepared_again_not_served_stale(
 
 def _faults(port: int) -> dict[tuple[str, str], float]:
     """shardstream_cache_faults_total by (cache, cause), summed over nodes, once the actors reported."""
+    return _fault_totals(settled(lambda: scrape(port)))
+
+
+def _fault_totals(metrics: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> dict[tuple[str, str], float]:
+    """shardstream_cache_faults_total by (cache, cause), summed over nodes, of a scrape."""
     totals: dict[tuple[str, str], float] = {}
-    for (name, labels), value in settled(lambda: scrape(port)).items():
+    for (name, labels), value in metrics.items():
         if name == "shardstream_cache_faults_total":
             label = dict(labels)
             key = (label["cache"], label["cause"])
@@ -140,7 +145,11 @@ def test_a_damaged_tier_is_read_again_never_served(
     memory = SampleTier("memory", str(cache_dir / "memory"), 0)  # this process's view of the service's tier
     before = memory.held()
     _epoch(address, data, "damaged-fill", 0)
-    entries = sorted(settled(lambda: memory.held() - before if len(memory.held() - before) == N else None))
+    # every sample stored, and the faults so far, once both stopped changing
+    held, metrics = settled(lambda: (memory.held() - before if len(memory.held() - before) == N else None,
+                                     scrape(running.metrics_port)))
+    faults = _fault_totals(metrics)
+    entries = sorted(held)
     flipped, source, overwritten, retyped, lost = entries[:5]
     path, offset, entry = stored_entry(memory, *flipped)
     overwrite(path, offset + len(entry) - 20, bytes([entry[-20] ^ 0x01]))  # one bit of the picture
@@ -149,18 +158,23 @@ def test_a_damaged_tier_is_read_again_never_served(
     assert entry.count(b'"|u1"') == 1
     overwrite(path, offset, entry.replace(b'"|u1"', b'"|i1"'))  # the image's dtype, uint8 -> int8
     memory.index.set(*lost, slot_of(10**6, 0))  # a chunk that does not exist
-    faults = _faults(running.metrics_port)
     started = time.monotonic()
     damaged_epoch = _epoch(address, data, "damaged-fill", 1, reconnect_timeout=30)
     elapsed = time.monotonic() - started
     assert damaged_epoch == _epoch(uncached[1], data, "damaged-off", 1)
-    after = _faults(running.metrics_port)
+
+    def stored_again() -> object:
+        """Where the lost entry is once it was forgotten, prepared again and stored sound; None before."""
+        at = memory.locate(*lost)
+        return at if at and at[0].find(str(10**6)) < 0 else None
+
+    # the faults, and the lost entry stored again, once both stopped changing
+    metrics, restored = settled(lambda: (scrape(running.metrics_port), stored_again()))
+    after = _fault_totals(metrics)
     rose = {key: after[key] - faults.get(key, 0) for key in after if after[key] != faults.get(key, 0)}
     assert rose == {("memory", "checksum"): 2, ("memory", "key"): 1, ("memory", "io_error"): 1}
     assert elapsed < 20, f"the damaged epoch took {elapsed:.1f} s"
-    # forgotten, prepared again and stored sound
-    assert settled(lambda: memory.locate(*lost) if memory.locate(*lost) and memory.locate(*lost)[0].find(  # type: ignore[index]
-        str(10**6)) < 0 else None)
+    assert restored
     # The next epoch finds sound entries everywhere: the same bytes, no fault.
     assert _epoch(address, data, "damaged-fill", 2) == _epoch(uncached[1], data, "damaged-off", 2)
     assert _faults(running.metrics_port) == after
