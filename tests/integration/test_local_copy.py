@@ -23,6 +23,7 @@ from shardstream.service.control.server import Service, create_server
 from tests.datasets import oracle_batches, write_images, write_indexed
 from tests.integration.test_metrics import scrape
 from tests.settle import settled
+from tests.side_by_side import side_by_side
 
 SHARDS = [30, 0, 21, 13]
 N = sum(SHARDS)
@@ -36,17 +37,21 @@ def _start(local_ray: None, copy_dir: Path | None) -> tuple[Service, str]:
 
 
 @pytest.fixture(scope="module")
-def with_copy(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str]]:
-    running, address = _start(local_ray, tmp_path_factory.mktemp("copy"))
-    yield running, address
-    running.stop(grace=1.0)
+def services(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[tuple[Service, str]]]:
+    """The service with a local copy and the one without, started side by side."""
+    copy_dir = tmp_path_factory.mktemp("copy")
+    with side_by_side(lambda: _start(local_ray, copy_dir), lambda: _start(local_ray, None)) as started:
+        yield started
 
 
 @pytest.fixture(scope="module")
-def without_copy(local_ray: None) -> Iterator[tuple[Service, str]]:
-    running, address = _start(local_ray, None)
-    yield running, address
-    running.stop(grace=1.0)
+def with_copy(services: list[tuple[Service, str]]) -> tuple[Service, str]:
+    return services[0]
+
+
+@pytest.fixture(scope="module")
+def without_copy(services: list[tuple[Service, str]]) -> tuple[Service, str]:
+    return services[1]
 
 
 def _status(address: str) -> pb.ServiceStatus:

@@ -26,6 +26,7 @@ from tests.datasets import write_images
 from tests.integration.test_local_copy import _node_reads, _reads
 from tests.integration.test_metrics import scrape
 from tests.settle import settled
+from tests.side_by_side import side_by_side
 
 IMAGE = {"transform": "image", "transform_args": {"size": 16}}
 N = 17  # samples in each test's dataset
@@ -53,20 +54,28 @@ def _start(cache_dir: Path | None) -> tuple[Service, str]:
 
 
 @pytest.fixture(scope="module")
-def cached(local_ray: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Service, str, Path]]:
+def cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     cache_dir = Path(tempfile.mkdtemp(prefix="shardstream-test-prepared-", dir=SHARED_MEMORY_DIR))
     (cache_dir / "disk").symlink_to(tmp_path_factory.mktemp("prepared-disk"))  # the disk tier on disk
-    running, address = _start(cache_dir)
-    yield running, address, cache_dir
-    running.stop(grace=1.0)
+    yield cache_dir
     shutil.rmtree(cache_dir, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
-def uncached(local_ray: None) -> Iterator[tuple[Service, str]]:
-    running, address = _start(None)
-    yield running, address
-    running.stop(grace=1.0)
+def services(local_ray: None, cache_dir: Path) -> Iterator[list[tuple[Service, str]]]:
+    """The service with the cache and the one without, started side by side."""
+    with side_by_side(lambda: _start(cache_dir), lambda: _start(None)) as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def cached(services: list[tuple[Service, str]], cache_dir: Path) -> tuple[Service, str, Path]:
+    return (*services[0], cache_dir)
+
+
+@pytest.fixture(scope="module")
+def uncached(services: list[tuple[Service, str]]) -> tuple[Service, str]:
+    return services[1]
 
 
 def test_batches_are_the_same_bytes_cold_warm_and_off_and_a_second_job_starts_warm(
