@@ -22,6 +22,26 @@ from tests.multihost.hosts import Host, Network
 
 BIN = Path(sys.executable).parent
 OBJECT_STORE = str(80 * 2**20)
+# The decoders the service lists and the nodes they are on, as `shardstream status` counts them
+# ("N decoder(s) on N node(s)"), or nothing while it does not answer. A process that imports only
+# grpc and the messages: `shardstream status` imports the whole client, torch with it (~2 s a call).
+LISTED = """
+import sys
+import grpc
+from shardstream.proto.v1 import loader_pb2 as pb, loader_pb2_grpc as pb_grpc
+address, ca, token_file = sys.argv[1:4]
+if ca:
+    with open(ca, "rb") as f:
+        channel = grpc.secure_channel(address, grpc.ssl_channel_credentials(f.read()))
+else:
+    channel = grpc.insecure_channel(address)
+metadata = [("authorization", "Bearer " + open(token_file).read().strip())] if token_file else []
+try:
+    status = pb_grpc.LoaderStub(channel).GetStatus(pb.GetStatusRequest(), timeout=10, metadata=metadata)
+except grpc.RpcError:
+    sys.exit()
+print(status.decoders, len({d.node_id for d in status.decoder_status}))
+"""
 
 
 def ray_start(host: Host, root: Path, *args: str) -> None:
@@ -78,6 +98,13 @@ class Cluster:
             argv += ["--tls-ca", self.secure.pki.ca, "--token-file", str(self.secure.token_file)]
         return self.net["trainer"].run(argv, timeout=30).stdout
 
+    def listed(self) -> str:
+        """The decoders the service lists and their nodes ("2 2"), asked from the trainer host; ""
+        while it does not answer."""
+        secure = [self.secure.pki.ca, str(self.secure.token_file)] if self.secure is not None else ["", ""]
+        return self.net["trainer"].run([sys.executable, "-c", LISTED, self.address, *secure],
+                                       timeout=30).stdout.strip()
+
     def start_serve(self, decoders: int = 2) -> float:
         """`serve` on the head, as the README says; returns the seconds until the service listed
         `decoders` decoders."""
@@ -86,10 +113,10 @@ class Cluster:
         started = time.monotonic()
         self.serve = self.net["head"].start(self.serve_argv(), log_name)
         deadline = started + 120
-        while f"{decoders} decoder(s) on {decoders} node(s)" not in self.status():
+        while self.listed() != f"{decoders} {decoders}":
             assert self.serve.poll() is None and time.monotonic() < deadline, \
                 (self.root / log_name).read_text()[-3000:]
-            time.sleep(0.5)
+            time.sleep(0.2)
         return time.monotonic() - started
 
     def kill_serve(self) -> None:
