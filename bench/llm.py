@@ -46,10 +46,11 @@ WEIGHTS = ((0.7, 0.3), (0.5, 0.5))
 EOS = "</s>"
 
 
-def write_corpora(directory: Path, prose_docs: int, code_docs: int) -> tuple[list[str], list[str]]:
-    prose = documents(prose_docs, seed=0)
-    code = [text[: len(text) // 3] for text in documents(code_docs, seed=1)]  # shorter documents
-    (directory / "prose").mkdir()
+def write_corpora(directory: Path, prose_docs: int, code_docs: int, seed: int = 0) -> tuple[list[str], list[str]]:
+    """Under `directory`: prose/ (Parquet) and code/ (JSON Lines); their texts."""
+    prose = documents(prose_docs, seed=2 * seed)
+    code = [text[: len(text) // 3] for text in documents(code_docs, seed=2 * seed + 1)]  # shorter documents
+    (directory / "prose").mkdir(parents=True)
     (directory / "code").mkdir()
     pq.write_table(pa.table({"text": prose}), directory / "prose" / "part-0.parquet", row_group_size=512)
     with open(directory / "code" / "part-0.jsonl", "w") as f:
@@ -125,16 +126,17 @@ def verdict(ok: bool) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.llm", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--prose", type=int, default=16_000, help="prose documents")
-    parser.add_argument("--code", type=int, default=8_000, help="code documents")
+    parser.add_argument("--prose", type=int, default=64_000, help="prose documents")
+    parser.add_argument("--code", type=int, default=32_000, help="code documents")
     parser.add_argument("--seq-len", type=int, default=512)
-    parser.add_argument("--batch-size", type=int, default=64, help="documents per batch")
+    parser.add_argument("--batch-size", type=int, default=256,
+                        help="documents per batch (about 13,600 tokens: 27 rows of 512)")
     parser.add_argument("--repetitions", type=int, default=3)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     from torch.utils.data import DataLoader
 
-    from shardstream.client import Mixture, RemoteLoader, Source
+    from shardstream.client import RemoteLoader
 
     failed = False
     with tempfile.TemporaryDirectory() as scratch:
@@ -144,9 +146,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         sizes = (len(prose), len(code))
         switch = len(mixture_batches(sizes, [(0, WEIGHTS[0])], args.batch_size, 0, 0)) // 2
         phases = [(0, WEIGHTS[0]), (switch, WEIGHTS[1])]
-        mixture = Mixture([Source("prose", str(work / "prose"), weight=WEIGHTS[0][0]),
-                           Source("code", str(work / "code"), format="jsonl", weight=WEIGHTS[0][1])],
-                          schedule={switch: dict(zip(("prose", "code"), WEIGHTS[1], strict=True))})
         transform_args = {"tokenizer": tokenizer, "add_eos": True, "eos_token": EOS, "pack": args.seq_len,
                           "mask_across_documents": True}
         rows = []
@@ -154,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             address = f"127.0.0.1:{server.announced}"
             for repetition in range(args.repetitions):
                 seed = 100 + repetition
+                if repetition:  # new texts: the cache holds the last repetition's, and epoch 0 is to tokenize
+                    prose, code = write_corpora(work / f"repetition-{repetition}", args.prose, args.code, repetition)
+                mixture = mixture_of(work / (f"repetition-{repetition}" if repetition else ""), switch)
                 dataset = TokenizedTexts(prose + code, tokenizer)
                 baseline = DataLoader(dataset, batch_sampler=mixture_batches(sizes, phases, args.batch_size, seed, 0),
                                       num_workers=WORKERS, collate_fn=Packed(args.seq_len))
@@ -190,6 +192,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             failed |= not proportions(address, work)
             failed |= not resume(address, mixture, args.batch_size, transform_args)
     return 1 if failed else 0
+
+
+def mixture_of(directory: Path, switch: int) -> Any:
+    from shardstream.client import Mixture, Source
+
+    return Mixture([Source("prose", str(directory / "prose"), weight=WEIGHTS[0][0]),
+                    Source("code", str(directory / "code"), format="jsonl", weight=WEIGHTS[0][1])],
+                   schedule={switch: dict(zip(("prose", "code"), WEIGHTS[1], strict=True))})
 
 
 def proportions(address: str, work: Path, batches: int = 10_000, batch_size: int = 16) -> bool:
