@@ -35,9 +35,6 @@ class JobView:
     sources: tuple[str, ...] = ()  # a mixture's sources, in the spec's order
     source_starts: tuple[int, ...] = ()  # each one's first global index, and the end
 
-    def source_sizes(self) -> dict[str, int]:
-        return {name: self.source_starts[i + 1] - self.source_starts[i] for i, name in enumerate(self.sources)}
-
     @classmethod
     def of(cls, opened: pb.OpenJobResponse, listing: pb.ListDecodersResponse) -> JobView:
         return cls(job_id=opened.job_id, spec_fingerprint=opened.spec_fingerprint,

@@ -22,11 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
 import math
 import types
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,10 +33,10 @@ from google.protobuf.descriptor import FieldDescriptor
 
 from shardstream.proto.errors import InvalidJobSpec
 from shardstream.proto.mixture import Mixture, check_mixture
+from shardstream.proto.option_wire import CORRUPT_POLICIES, decode, encode, proto_field, set_field
 from shardstream.proto.v1 import loader_pb2 as pb
 
 GROUPS = ("", "order", "format")  # "": the flat keywords DataLoader users know
-CORRUPT_POLICIES = {"fail": pb.CORRUPT_POLICY_FAIL, "skip": pb.CORRUPT_POLICY_SKIP}
 NULLS = ("", "mask")  # "": refuse (docs/formats.md, "Values and dtypes"); "refuse" is its keyword spelling
 DEFAULT_BUCKET_WINDOW = 64  # batches, with bucket_by
 
@@ -218,7 +217,7 @@ class JobOptions:
             if declared.wire == "optional" and not msg.HasField(declared.proto):
                 continue  # unset: the default
             if declared.proto:
-                values[name] = _decode(name, declared, proto_field(msg, declared.proto))
+                values[name] = decode(name, declared.wire, proto_field(msg, declared.proto))
         return cls(**values)
 
     def to_proto(self, canonical: bool = False) -> pb.JobSpec:
@@ -228,7 +227,7 @@ class JobOptions:
             value = getattr(self, name)
             if declared.proto and not (declared.wire == "optional" and value is None) \
                     and not (declared.sent_when_set and value == DEFAULTS[name]):
-                _set(msg, declared.proto, _encode(declared, value, canonical))
+                set_field(msg, declared.proto, encode(declared.wire, value, canonical))
         return msg
 
     @property
@@ -355,58 +354,5 @@ def _recorded(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else dict(value) if isinstance(value, Mapping) else value
 
 
-def proto_field(msg: Any, path: str) -> Any:
-    """The field at `path` ("transform.name") of a message."""
-    for part in path.split("."):
-        msg = getattr(msg, part)
-    return msg
-
-
-def _set(msg: Any, path: str, value: Any) -> None:
-    *parents, last = path.split(".")
-    for part in parents:
-        msg = getattr(msg, part)
-    if isinstance(value, (list, tuple)):
-        getattr(msg, last).extend(value)
-    else:
-        setattr(msg, last, value)
-
-
-def _encode(declared: Option, value: Any, canonical: bool) -> Any:
-    if declared.wire == "json" and canonical:
-        return json.dumps(dict(value), sort_keys=True, separators=(",", ":"))
-    if declared.wire == "json":
-        return json.dumps(dict(value))  # as given (the fingerprint of older checkpoints hashed this text)
-    if declared.wire == "policy":
-        return CORRUPT_POLICIES[value]
-    return list(value) if isinstance(value, tuple) else value
-
-
-def _decode(name: str, declared: Option, value: Any) -> Any:
-    if declared.wire == "json":
-        return _object(value, name.replace("_", " "))
-    if declared.wire == "policy":
-        return _policy(value, name)
-    return tuple(value) if isinstance(value, Sequence) and not isinstance(value, str) else value
-
-
-def _object(text: str, what: str) -> dict[str, Any]:
-    """A JSON object option; "" is {}."""
-    try:
-        parsed = json.loads(text or "{}")
-    except (ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, or an integer of >4300 digits
-        raise InvalidJobSpec(f"{what} are not valid JSON: {exc}") from None
-    if not isinstance(parsed, dict):
-        raise InvalidJobSpec(f"{what} must be a JSON object")
-    return parsed
-
-
-def _policy(value: int, name: str) -> str:
-    policies: dict[int, str] = {number: word for word, number in CORRUPT_POLICIES.items()}
-    if value not in policies:  # proto3 enums are open
-        raise InvalidJobSpec(f"unknown {name} policy {value}")
-    return policies[value]
-
-
-__all__ = ["CORRUPT_POLICIES", "DECLARED", "DEFAULT_BUCKET_WINDOW", "GROUPS", "NULLS", "JobOptions", "Option",
-           "check_declared", "fingerprint", "option", "proto_field"]
+__all__ = ["DECLARED", "DEFAULT_BUCKET_WINDOW", "GROUPS", "NULLS", "JobOptions", "Option", "check_declared",
+           "fingerprint", "option"]

@@ -77,7 +77,7 @@ class DatasetIndex:
     # (mixture_index.py); () for one dataset.
     sources: tuple[tuple[str, int], ...] = ()
 
-    @property
+    @functools.cached_property
     def source_starts(self) -> np.ndarray:
         """A mixture's first global index of each source, and the end (len = sources + 1)."""
         return np.concatenate([[0], np.cumsum([rows for _, rows in self.sources])]).astype(np.int64)

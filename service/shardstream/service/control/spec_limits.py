@@ -12,7 +12,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shardstream.proto.job_options import DECLARED, proto_field
+from shardstream.proto.job_options import DECLARED
+from shardstream.proto.option_wire import proto_field
 from shardstream.proto.v1 import loader_pb2 as pb
 from shardstream.service.limits import RequestLimits, beyond, check_at_most, json_depth
 
@@ -42,7 +43,7 @@ def check_job_message(msg: pb.JobSpec, limits: RequestLimits) -> None:
     mixture = parsed.get("mixture")
     for source in mixture.get("sources", []) if isinstance(mixture, dict) else []:  # each source's format_args
         if isinstance(source, dict):
-            _check_sample_size("", None, source.get("format_args"), limits)
+            _check_format_args(source.get("format_args"), limits)
 
 
 _PLURAL = {"dataset": "dataset entries"}
@@ -83,9 +84,7 @@ def _bounded_json(field: str, text: str, limits: RequestLimits) -> Any:
 def _check_sample_size(transform: str, transform_args: Any, format_args: Any, limits: RequestLimits) -> None:
     """The options that size every sample: a token window's seq_len, a JSON line's max_line_bytes, the
     tokenize transform's max_length, an image transform's sides."""
-    if isinstance(format_args, dict):
-        _check_int("format_args seq_len", format_args.get("seq_len"), limits, "seq_len")
-        _check_int("format_args max_line_bytes", format_args.get("max_line_bytes"), limits, "line_bytes")
+    _check_format_args(format_args, limits)
     if transform == "tokenize" and isinstance(transform_args, dict):
         _check_int("transform_args max_length", transform_args.get("max_length"), limits, "seq_len")
     if transform == "image" and isinstance(transform_args, dict):
@@ -93,6 +92,12 @@ def _check_sample_size(transform: str, transform_args: Any, format_args: Any, li
         for side in size if isinstance(size, list) else [size]:
             _check_int("transform_args size", side, limits, "image_side")
         _check_int("transform_args resize_short", transform_args.get("resize_short"), limits, "image_side")
+
+
+def _check_format_args(format_args: Any, limits: RequestLimits) -> None:
+    if isinstance(format_args, dict):
+        _check_int("format_args seq_len", format_args.get("seq_len"), limits, "seq_len")
+        _check_int("format_args max_line_bytes", format_args.get("max_line_bytes"), limits, "line_bytes")
 
 
 def _check_int(field: str, value: Any, limits: RequestLimits, name: str) -> None:
