@@ -75,10 +75,11 @@ def _normalized(phases: Sequence[tuple[int, Sequence[float]]], live: list[bool])
     if table.shape != (len(phases), sources) or not np.isfinite(table).all() or (table < 0).any():
         raise ValueError(f"each phase gives {sources} weights >= 0")
     table = table * np.array(live, dtype=np.float64)
-    sums = table.sum(axis=1, keepdims=True)
-    if (sums <= 0).any():
+    largest = table.max(axis=1, keepdims=True)
+    if (largest <= 0).any():
         raise ValueError("each phase gives some source a weight > 0")
-    return table / sums
+    table = table / largest  # first: weights near the float maximum would sum to inf
+    return table / table.sum(axis=1, keepdims=True)
 
 
 def _cumulative(weight: np.ndarray, steps: list[int], places_per_step: int, first_place: int,

@@ -59,3 +59,9 @@ def test_epochs_and_seeds_draw_other_samples_and_the_same_arguments_the_same() -
 def test_bad_schedules_are_refused_by_name(phases: list[tuple[int, list[float]]], match: str) -> None:
     with pytest.raises(ValueError, match=match):
         mixture_sequence([5, 5], phases, 10, seed=0, epoch=0)
+
+
+def test_weights_near_the_float_maximum_are_weights_like_any_other() -> None:
+    huge = mixture_sequence([5, 5], [(0, [1e308, 1e308])], 10, seed=0, epoch=0)
+    same = mixture_sequence([5, 5], [(0, [1, 1])], 10, seed=0, epoch=0)
+    assert all(np.array_equal(a, b) for a, b in zip(huge, same, strict=True))
