@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 
 
 class ResettingProxy:
-    def __init__(self, target_host: str, target_port: int) -> None:
+    def __init__(self, target_host: str, target_port: int, connect_delay_s: float = 0.0) -> None:
         self._target = (target_host, target_port)
+        self._connect_delay_s = connect_delay_s  # a slow link or a loaded host: the server answers late
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._connections: list[socket.socket] = []
@@ -30,6 +32,7 @@ class ResettingProxy:
                 client, _ = self._listener.accept()
             except OSError:
                 return
+            time.sleep(self._connect_delay_s)
             upstream = socket.create_connection(self._target)
             with self._lock:
                 self._connections += [client, upstream]

@@ -22,9 +22,9 @@ N = 90
 class Proxies:
     """A proxy in front of the service and of each of its decoders."""
 
-    def __init__(self, running: Service, address: str) -> None:
+    def __init__(self, running: Service, address: str, connect_delay_s: float = 0.0) -> None:
         self.service = _proxy(address)
-        self.decoders = {a: _proxy(a) for a in running.pool.batch_addresses()}
+        self.decoders = {a: _proxy(a, connect_delay_s) for a in running.pool.batch_addresses()}
 
     @property
     def all(self) -> list[ResettingProxy]:
@@ -35,15 +35,16 @@ class Proxies:
             proxy.reset_all()
 
 
-def _proxy(address: str) -> ResettingProxy:
+def _proxy(address: str, connect_delay_s: float = 0.0) -> ResettingProxy:
     host, port = address.rsplit(":", 1)
-    return ResettingProxy(host, int(port))
+    return ResettingProxy(host, int(port), connect_delay_s)
 
 
 @pytest.fixture
-def proxies(service: tuple[Service, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxies]:
+def proxies(request: pytest.FixtureRequest, service: tuple[Service, str],
+            monkeypatch: pytest.MonkeyPatch) -> Iterator[Proxies]:
     running, address = service
-    proxies = Proxies(running, address)
+    proxies = Proxies(running, address, getattr(request, "param", 0.0))
     via = {a: p.address for a, p in proxies.decoders.items()}
     monkeypatch.setattr(channels, "open_channel", lambda a, tls, options: open_channel(via.get(a, a), tls, options))
     yield proxies
@@ -82,6 +83,21 @@ def test_a_rank_keeps_one_connection_per_decoder_across_epochs(proxies: Proxies,
             loader.set_epoch(epoch)
             assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 2, 0, 2, True, 8, False, epoch)
         assert loader.job.batch_servers
+    assert [p.accepted for p in proxies.decoders.values()] == [1] * len(proxies.decoders)
+
+
+@pytest.mark.parametrize("proxies", [0.6], indirect=True)
+def test_a_decoder_that_answers_a_connection_late_still_serves(proxies: Proxies, tmp_path: object) -> None:
+    """A decoder whose HTTP/2 SETTINGS come 0.6 s after the TCP connection (a loaded host, a long link)
+    is not given up: its first connection attempt has time to finish."""
+    data = f"{tmp_path}/data"
+    write_indexed(data, [40, 50])
+    with RemoteLoader(proxies.service.address, dataset=data, batch_size=2, seed=8, world_size=2, rank=1,
+                      prefetch=3) as loader:
+        assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 2, 1, 2, True, 8, False, 0)
+        assert loader.job.batch_servers
+        lost = loader.stats.decoders_lost
+    assert lost == 0
     assert [p.accepted for p in proxies.decoders.values()] == [1] * len(proxies.decoders)
 
 

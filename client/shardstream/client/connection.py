@@ -45,8 +45,11 @@ CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     # Come back quickly after a restart instead of gRPC's default backoff of up to 2 minutes.
     ("grpc.initial_reconnect_backoff_ms", 100),
-    ("grpc.min_reconnect_backoff_ms", 100),
     ("grpc.max_reconnect_backoff_ms", 2000),
+    # Despite its name, gRPC core takes this as the least time a connection attempt gets to finish
+    # (TCP, TLS, the server's HTTP/2 SETTINGS). At 100 ms a loaded host or a long link failed the
+    # first attempt, and a stream opened then (a decoder's, without wait_for_ready) failed with it.
+    ("grpc.min_reconnect_backoff_ms", 5_000),
     # A connection a network black-holes fails by a ping unanswered: one goes out after 30 s
     # without one, and the connection is dropped 10 s later without its answer (keepalive_timeout_ms
     # alone does not do it: the ping's own deadline is ping_timeout_ms, 60 s by default).
