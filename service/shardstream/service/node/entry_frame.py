@@ -6,12 +6,12 @@ Layout (little-endian)::
     8   u32    CRC32C of every byte from offset 12 to the end
     12  u32    header length
     16  u64    the entry's whole length
-    24  header JSON object (the entry's key, and what its kind needs), then the kind's payload
+    24  header (the entry's key, and what its kind needs), then the kind's payload
 
-`open_frame` refuses, as a CacheFault (a cache miss), anything that is not a whole, unchanged
-entry of that kind: too short, no magic, bytes past the end, a checksum that does not match,
-an unreadable header. Checking the key in the header is the kind's (prepared_entry.py,
-local_copy_entry.py).
+`check_frame` refuses, as a CacheFault (a cache miss), anything that is not a whole, unchanged
+entry of that kind: too short, no magic, bytes past the end, a checksum that does not match; it
+gives the header's bytes. `open_frame` reads a header that is a JSON object (a local copy's). Checking
+the key in the header is the kind's (prepared_entry.py, local_copy_entry.py).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ def seal(magic: bytes, header: bytes, rest: list[bytes | memoryview], length: in
     return [magic, struct.pack("<I", checksum(lengths, header, *rest)), lengths, header, *rest]
 
 
-def open_frame(data: Any, magic: bytes, what: str) -> tuple[dict[str, Any], int]:
-    """The header of a sound entry in `data` (any bytes-like, a mapped file's too) and the offset
-    where it ends; CacheFault when the bytes are not a whole, unchanged `what` entry."""
+def check_frame(data: Any, magic: bytes, what: str) -> tuple[memoryview, int]:
+    """The header's bytes of a sound entry in `data` (any bytes-like, a mapped file's too) and the
+    offset where it ends; CacheFault when the bytes are not a whole, unchanged `what` entry."""
     view = memoryview(data)
     size = view.nbytes
     if size < PREFIX.size:
@@ -52,13 +52,22 @@ def open_frame(data: Any, magic: bytes, what: str) -> tuple[dict[str, Any], int]
             raise CacheFault("checksum", "the bytes are not the ones written (crc32c)")
     except OSError as exc:  # the mapped pages could not be read (a failing disk)
         raise CacheFault("io_error", f"{type(exc).__name__}: {exc}") from exc
+    end = PREFIX.size + header_length
+    if end > length:
+        raise CacheFault("format", f"a header of {header_length} bytes in an entry of {length}")
+    return view[PREFIX.size:end], end
+
+
+def open_frame(data: Any, magic: bytes, what: str) -> tuple[dict[str, Any], int]:
+    """`check_frame`, for a header that is a JSON object with a key: the object."""
+    raw, end = check_frame(data, magic, what)
     try:
-        header = json.loads(bytes(view[PREFIX.size: PREFIX.size + header_length]))
+        header = json.loads(bytes(raw))
         if not isinstance(header, dict) or "key" not in header:
             raise ValueError("no key")
     except ValueError as exc:
         raise CacheFault("format", f"unreadable header: {exc}") from exc
-    return header, PREFIX.size + header_length
+    return header, end
 
 
-__all__ = ["CHECKED_FROM", "PREFIX", "open_frame", "seal"]
+__all__ = ["CHECKED_FROM", "PREFIX", "check_frame", "open_frame", "seal"]

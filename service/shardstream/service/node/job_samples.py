@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import bisect
 import collections
-import contextlib
 import threading
 import time
 from collections.abc import Sequence
@@ -27,19 +26,25 @@ if TYPE_CHECKING:
 HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
 
 
-def _slots(tier: SampleTier, keys: list[SampleKey]) -> list[int | None]:
-    """Where `tier` holds each key's entry (0: not held), one index read per shard; None where the
-    index could not be read (`load` then looks that key up alone, and counts its fault)."""
+def _held(cache: PreparedCache, tier: SampleTier, keys: list[SampleKey]) -> list[dict[str, Any] | None]:
+    """The sample `tier` holds for each key, verified (None: not held, or refused): one read of
+    the index per shard folder, and the entries of a folder read together."""
     by_folder: dict[str, list[int]] = {}
     for position, key in enumerate(keys):
         by_folder.setdefault(key.folder, []).append(position)
-    slots: list[int | None] = [None] * len(keys)
+    found: list[dict[str, Any] | None] = [None] * len(keys)
     for folder, positions in by_folder.items():
-        with contextlib.suppress(CacheFault):
-            for position, slot in zip(positions, tier.slots(folder, np.array([keys[p].row for p in positions])).tolist(),
-                                      strict=True):
-                slots[position] = slot
-    return slots
+        try:
+            slots = tier.slots(folder, np.array([keys[p].row for p in positions])).tolist()
+        except CacheFault:  # each key alone, so each counts its fault
+            for p in positions:
+                found[p] = cache.load(tier, keys[p])
+            continue
+        held = [(p, slot) for p, slot in zip(positions, slots, strict=True) if slot]
+        loaded = cache.load_many(tier, [keys[p] for p, _ in held], [slot for _, slot in held])
+        for (p, _), sample in zip(held, loaded, strict=True):
+            found[p] = sample
+    return found
 
 
 @dataclass
@@ -89,10 +94,9 @@ class JobSamples:
         keys = [self._key(int(index)) for index in indices]
         left = list(range(len(keys)))  # positions no tier has given yet
         for tier in self.cache.tiers:
-            slots = _slots(tier, [keys[position] for position in left])
+            held = _held(self.cache, tier, [keys[position] for position in left])
             still = []
-            for position, slot in zip(left, slots, strict=True):
-                sample = self.cache.load(tier, keys[position], slot) if slot != 0 else None
+            for position, sample in zip(left, held, strict=True):
                 if sample is not None:
                     found[position] = sample
                     counts[f"prepared_{tier.name}_hits"] += 1

@@ -141,6 +141,28 @@ class PreparedCache:
             self._refused(tier, key.folder, key.row, fault, slot)
             return None
 
+    def load_many(self, tier: SampleTier, keys: Sequence[SampleKey], slots: Sequence[int]) -> list[dict[str, Any] | None]:
+        """`load` of many keys of one shard folder at their (nonzero) slots, each verified; None for
+        each entry refused (dropped, counted and logged)."""
+        if not keys:
+            return []
+        folder = keys[0].folder
+        entries = tier.load_slots(folder, [key.row for key in keys], list(slots))
+        started = time.perf_counter()
+        samples: list[dict[str, Any] | None] = []
+        verified = 0
+        for key, slot, entry in zip(keys, slots, entries, strict=True):
+            try:
+                if isinstance(entry, CacheFault):
+                    raise entry
+                samples.append(decode_entry(entry, key))
+                verified += len(entry)
+            except CacheFault as fault:
+                self._refused(tier, folder, key.row, fault, 0 if isinstance(entry, CacheFault) else slot)
+                samples.append(None)
+        self.counters.verified(time.perf_counter() - started, verified)
+        return samples
+
     def read_files(self, keys: Sequence[FileKey]) -> list[bytes | None]:
         """The stored files of these samples (for a peer), each verified to be the entry stored
         at its place; None for those no tier holds soundly."""

@@ -28,6 +28,7 @@ priority (``SCHED_IDLE``) doing it, the benchmark's first epoch on two busy core
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import random
@@ -60,6 +61,7 @@ STALE_DIRECTORY_S = 3600.0  # a dataset's entries unused this long may go to mak
 FULL_RETRY_S = 30.0  # a tier found full and with nothing stale is not looked at again for this long
 TOUCH_EVERY_S = 60.0  # how often an actor marks a dataset it reads from as used
 MIN_CHUNK_BYTES = 4096  # a smaller file among the chunks is damage
+READ_AHEAD = 4096  # the first read of an entry: a small one (a tokenized document) whole, in one call
 FIRST_CHUNK_BYTES = 1 << 20  # an actor's first chunk of a dataset; each next one twice the last, up to the tier's
 
 
@@ -74,6 +76,11 @@ class _Appending:
 
 def dataset_of(folder: str) -> str:
     return folder.split("/", 1)[0]
+
+
+@functools.lru_cache(maxsize=4096)
+def _chunk_path(root: str, dataset: str, chunk: int) -> str:
+    return os.path.join(root, dataset, str(chunk))
 
 
 class SampleTier:
@@ -104,7 +111,7 @@ class SampleTier:
         return f"{self.root}/{folder} row {row}"
 
     def _chunk_path(self, folder: str, chunk: int) -> str:
-        return os.path.join(self.root, dataset_of(folder), str(chunk))
+        return _chunk_path(str(self.root), dataset_of(folder), chunk)
 
     # -- reading
 
@@ -138,17 +145,46 @@ class SampleTier:
         self._touch(dataset_of(folder))
         return data, slot
 
+    def load_slots(self, folder: str, rows: list[int], slots: list[int]) -> list[np.ndarray | CacheFault]:
+        """`load_slot` of many of a shard's rows (slots nonzero): each entry as stored, unverified, or
+        the CacheFault of one that cannot be read whole (its row then forgotten). Entries of up to
+        READ_AHEAD bytes are read in one call each, under one hold of the chunks' lock."""
+        root, dataset = str(self.root), dataset_of(folder)
+        places = [(_chunk_path(root, dataset, chunk), offset) for chunk, offset in map(place_of, slots)]
+        heads = self._chunks.read_many(places, READ_AHEAD)
+        entries: list[np.ndarray | CacheFault] = []
+        for (path, _), head, row, slot in zip(places, heads, rows, slots, strict=True):
+            try:
+                if isinstance(head, OSError):
+                    raise head
+                length = int(head[16:24].view("<u8")[0]) if len(head) >= PREFIX.size else -1
+                entries.append(head[:length] if 0 <= length <= len(head) else self._read(folder, *place_of(slot)))
+            except CacheFault as fault:
+                self.index.clear(folder, row, slot)
+                entries.append(fault)
+            except OSError as exc:
+                self._damaged_chunk(path)
+                self.index.clear(folder, row, slot)
+                entries.append(CacheFault("io_error", f"chunk {place_of(slot)[0]}: {type(exc).__name__}: "
+                                                       f"{exc.strerror or exc}"))
+        self._touch(dataset)
+        return entries
+
     def drop(self, folder: str, row: int, slot: int) -> None:
         """Forget an entry refused on reading (unless another actor stored the row again meanwhile)."""
         self.index.clear(folder, row, slot)
 
     def _read(self, folder: str, chunk: int, offset: int) -> np.ndarray:
-        path = self._chunk_path(folder, chunk)
+        """The entry at `offset`: one read for an entry of up to READ_AHEAD bytes (its length is in
+        its prefix), a second for a longer one."""
+        path = _chunk_path(str(self.root), dataset_of(folder), chunk)
         try:
-            prefix = self._chunks.read(path, offset, PREFIX.size)
-            if len(prefix) < PREFIX.size:
+            data = self._chunks.read(path, offset, READ_AHEAD)
+            if len(data) < PREFIX.size:
                 raise CacheFault("short_read", f"chunk {chunk} ends before the entry at {offset}")
-            length = int(PREFIX.unpack(prefix.tobytes())[3])
+            length = int(data[16:24].view("<u8")[0])  # PREFIX's whole length
+            if length <= len(data):
+                return data[:length]
             data = self._chunks.read(path, offset, length)
         except OSError as exc:  # the chunk is gone, a directory in its place, a failing disk
             self._damaged_chunk(path)

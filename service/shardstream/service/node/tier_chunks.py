@@ -132,6 +132,26 @@ class ChunkCache:
             chunk = self._open.get(path) or self._open.add(path, OpenChunk(path))
             return chunk.read(offset, length)
 
+    def read_many(self, places: list[tuple[str, int]], length: int) -> list[np.ndarray | OSError]:
+        """`length` bytes (fewer where a chunk ends sooner) at each (path, offset), into one buffer,
+        under one hold of the lock; an OSError in place of a read that failed."""
+        out = np.empty(len(places) * length, np.uint8)
+        got: list[np.ndarray | OSError] = []
+        with self._lock:
+            last_path, chunk = "", None
+            for n, (path, offset) in enumerate(places):
+                try:
+                    if path != last_path:
+                        last_path, chunk = path, self._open.get(path) or self._open.add(path, OpenChunk(path))
+                    assert chunk is not None
+                    size = min(length, max(0, chunk.size - offset))
+                    view = out[n * length: n * length + size]
+                    got.append(view[: os.preadv(chunk.fd, [view.data], offset) if size else 0])
+                except OSError as exc:
+                    last_path = ""
+                    got.append(exc)
+        return got
+
     def forget(self, prefix: str) -> None:
         """Close the chunks whose path starts with `prefix` (a dataset moved away, a damaged chunk)."""
         with self._lock:

@@ -16,7 +16,7 @@ import pytest
 
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
-from shardstream.service.node import sample_index
+from shardstream.service.node import prepared_tier, sample_index
 from shardstream.service.node.batching import decode_batch
 from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.local_copy import LocalCopy
@@ -155,11 +155,11 @@ def test_a_damaged_stored_sample_is_a_miss_counted_and_dropped(tmp_path: Path, h
     assert counters.take_delta().verified_bytes > 0
 
 
-def test_a_batch_reads_each_shards_index_once_and_finds_what_one_by_one_finds(
+def test_a_batch_reads_each_run_of_close_rows_once_and_finds_what_one_by_one_finds(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A shuffled batch's lookups: one read of each shard's index for the rows close together, one
-    per row for rows further apart than SPAN_ROWS; the same samples either way, in both tiers."""
-    monkeypatch.setattr(sample_index, "SPAN_ROWS", 3)
+    """A shuffled batch's lookups: one read of a shard's index for each run of rows no more than
+    GAP_ROWS apart; the same samples as one by one, in both tiers."""
+    monkeypatch.setattr(sample_index, "GAP_ROWS", 1)
     index = _index(tmp_path / "data", (6, 4))
     memory, disk = chunked_tier("memory", tmp_path / "m"), chunked_tier("disk", tmp_path / "d")
     samples = PreparedCache([memory, disk], SharedReadCounters()).for_job(index, "prepare")
@@ -168,16 +168,48 @@ def test_a_batch_reads_each_shards_index_once_and_finds_what_one_by_one_finds(
         parts = encode_entry(key, {"image": np.full((2, 2, 3), i, np.uint8), "label": i})
         assert parts is not None and tier.store(key.folder, key.row, parts, sum(len(p) for p in parts))
     one_by_one = {i: samples.get(i) for i in range(10)}
-    reads: list[int] = []
-    real = sample_index.SampleIndex.get
-    monkeypatch.setattr(sample_index.SampleIndex, "get", lambda self, folder, row: reads.append(row) or
-                        real(self, folder, row))
-    found = samples.get_many([8, 2, 9, 1, 7, 0, 5])  # shard 1: rows 2, 3, 1 (together); shard 0: 2, 1, 0, 5
+    reads: list[tuple[int, int]] = []  # (first row, rows) of each read of an index
+    real = os.pread
+    monkeypatch.setattr(os, "pread", lambda fd, n, offset: reads.append((offset // 8, n // 8)) or real(fd, n, offset))
+    found = samples.get_many([8, 2, 9, 1, 7, 0, 5])  # shard 1: rows 2, 3, 1; shard 0: rows 2, 1, 0, 5
     assert {p: s["label"] for p, s in found.items()} == {0: 8, 1: 2, 3: 1, 4: 7, 5: 0}
     assert {i: s["label"] for i, s in one_by_one.items() if s is not None} == {0: 0, 1: 1, 2: 2, 7: 7, 8: 8}
-    # shard 0's rows span more than 3: each alone (rows 2, 1, 0, 5 in memory; 2 and 5, still missing, on
-    # disk); shard 1's, one read per tier
-    assert sorted(reads) == [0, 1, 2, 2, 5, 5]
+    # memory: shard 1's rows 1-3 in one read, shard 0's rows 0-2 and 5; disk, for what memory lacks:
+    # shard 1's rows 1 and 3 (two apart), shard 0's rows 2 and 5
+    assert sorted(reads) == sorted([(1, 3), (0, 3), (5, 1), (1, 1), (3, 1), (2, 1), (5, 1)])
+
+
+@pytest.mark.parametrize("damaged", [None, 0, 1, 2, 3])
+def test_entries_shorter_and_longer_than_the_first_read_come_back_whole_and_damage_is_each_ones_own(
+        tmp_path: Path, damaged: int | None) -> None:
+    """A batch's entries are read in one call each up to READ_AHEAD bytes, longer ones again whole:
+    sizes around that bound come back as stored. One entry cut short (its chunk truncated inside
+    it) or flipped is that entry's miss alone."""
+    index = _index(tmp_path / "data", (6,))
+    tier = chunked_tier("memory", tmp_path / "m")
+    counters = SharedReadCounters()
+    samples = PreparedCache([tier], counters).for_job(index, "prepare")
+    lengths = [8, prepared_tier.READ_AHEAD // 8 - 12, prepared_tier.READ_AHEAD // 8, 50_000]
+    stored = {}
+    for row, n in enumerate(lengths):
+        stored[row] = np.arange(n, dtype=np.int64) * (row + 1)
+        samples.put(row, {"ids": stored[row]})
+    sizes = [len(stored_entry(tier, samples._key(row).folder, row)[2]) for row in range(len(lengths))]
+    assert sizes[0] < sizes[1] <= prepared_tier.READ_AHEAD < sizes[2] < sizes[3]
+    if damaged is not None:
+        path, offset, entry = stored_entry(tier, samples._key(damaged).folder, damaged)
+        if damaged == len(lengths) - 1:  # the last entry of its chunk: the chunk cut inside it
+            os.truncate(path, offset + len(entry) - 8)
+        else:
+            overwrite(path, offset + len(entry) - 1, bytes([entry[-1] ^ 0xFF]))
+    counters.take_delta()
+    rows = [3, 0, 2, 1]
+    found = samples.get_many(rows)
+    assert {rows[p] for p in found} == set(range(len(lengths))) - {damaged}
+    for position, sample in found.items():
+        np.testing.assert_array_equal(sample["ids"], stored[rows[position]])
+    expected = {} if damaged is None else {("memory", "short_read" if damaged == 3 else "checksum"): 1}
+    assert counters.take_delta().faults == expected
 
 
 def test_an_index_that_cannot_be_read_is_a_fault_for_each_sample_asked(tmp_path: Path) -> None:

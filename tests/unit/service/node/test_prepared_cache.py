@@ -203,9 +203,9 @@ def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Pa
     assert (delta.prepared_misses, delta.prepared_memory_hits) == (5, 5)
     assert tiers[1].stored_bytes == 0  # each sample written once: the memory tier had room for all
     # A memory tier with room for two: the others go to the disk tier, and both serve the same bytes.
-    second = samples._key(int(indices[1]))
-    entry = tiers[0].locate(second.folder, second.row)[1]  # type: ignore[index]  # the first is at 0
-    small = [chunked_tier("memory", tmp_path / "m2", 2 * entry, chunk_bytes=2 * entry), chunked_tier("disk", tmp_path / "d2")]
+    third = samples._key(int(indices[2]))
+    two = tiers[0].locate(third.folder, third.row)[1]  # type: ignore[index]  # the first two end there
+    small = [chunked_tier("memory", tmp_path / "m2", two, chunk_bytes=two), chunked_tier("disk", tmp_path / "d2")]
     spilled = PreparedCache(small, counters).for_job(index, prepare_identity("image", IMAGE_ARGS, [], transform))
     decode_batch(job, memory_reader(index), transform, 0, indices, prepared_samples=spilled)
     again = decode_batch(job, _CountingReader(memory_reader(index)), transform, 1, indices,  # type: ignore[arg-type]
