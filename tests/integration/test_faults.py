@@ -8,6 +8,7 @@ the others for a lost one's steps.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import threading
@@ -23,6 +24,8 @@ from shardstream.service.config import ServiceConfig
 from shardstream.service.control.server import Service, create_server
 from tests.cluster import add_decode_node, decode_cluster
 from tests.datasets import oracle_batches, write_indexed
+
+log = logging.getLogger(__name__)
 
 N, WORLD, BATCH = 120, 2, 4
 SLOW = {"transform": "tests.transforms:slow", "transform_args": {"delay_s": 0.01}}
@@ -135,12 +138,8 @@ def test_node_added_mid_epoch_takes_work(cluster: Cluster, service: tuple[Servic
     running, address = service
     added: list[object] = []
 
-    def add_a_decode_node() -> None:
-        added.append(add_decode_node(cluster))
-        deadline = time.monotonic() + 90  # hold the loop (not the service) until the actor is up
-        while running.pool.size < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert running.pool.size == 3, running.pool.status()
+    def add_a_decode_node() -> None:  # holds the loop (not the service) until the actor is up
+        added.append(_joined_decode_node(cluster, running, 3))
 
     try:
         got = _one_rank_epoch(address, dataset, "scale-out", 4, {1: add_a_decode_node}, Recovered())
@@ -168,8 +167,7 @@ def test_a_node_added_between_short_epochs_takes_work(cluster: Cluster, service:
                           job_name="short-epochs") as loader:
             loader.set_epoch(0)
             assert [b["idx"].tolist() for b in loader] == oracle_batches(N, 1, 0, 8, True, 3, False, 0)
-            added.append(add_decode_node(cluster))
-            _wait_for_pool(running, 3)
+            added.append(_joined_decode_node(cluster, running, 3))
             new_node = added[0].node_id  # type: ignore[attr-defined]
             deadline, epoch = time.monotonic() + 30, 1
             while not sum(done for node, _, done in running.pool.status() if node == new_node):
@@ -190,11 +188,7 @@ def test_node_removed_mid_epoch(cluster: Cluster, service: tuple[Service, str], 
     """The decode node's actor goes with it, holding steps: on either path (its batches written into
     the rank's shared memory, or sent) they are decoded again elsewhere."""
     running, address = service
-    spare = add_decode_node(cluster)
-    deadline = time.monotonic() + 60
-    while running.pool.size < 3 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert running.pool.size == 3, running.pool.status()  # a joining decode node gets an actor
+    spare = _joined_decode_node(cluster, running, 3)
 
     def remove_a_decode_node() -> None:
         cluster.remove_node(spare)
@@ -219,8 +213,7 @@ def test_decode_node_restarted_mid_epoch(cluster: Cluster, service: tuple[Servic
     or repeated, and the restarted node's actor takes work again in the same epoch."""
     monkeypatch.setattr(fetcher, "DECODERS_REFRESH_S", 0.5)
     running, address = service
-    nodes = [add_decode_node(cluster)]
-    _wait_for_pool(running, 3)
+    nodes = [_joined_decode_node(cluster, running, 3)]
 
     # The node goes while the loop keeps taking batches, so its decoder is busy when it goes (a loop
     # held during the removal would let the window fill and leave it nothing in flight). Later the
@@ -230,8 +223,7 @@ def test_decode_node_restarted_mid_epoch(cluster: Cluster, service: tuple[Servic
     def node_back() -> None:
         removal.join()
         _wait_for_pool(running, 2)
-        nodes.append(add_decode_node(cluster))
-        _wait_for_pool(running, 3)
+        nodes.append(_joined_decode_node(cluster, running, 3))
 
     recovered = Recovered()
     try:
@@ -266,6 +258,24 @@ def _remove_extra_nodes(cluster: Cluster, nodes: list[object]) -> None:
     for node in nodes:
         if node in cluster.list_all_nodes():
             cluster.remove_node(node)  # type: ignore[arg-type]
+
+
+def _joined_decode_node(cluster: Cluster, running: Service, size: int, replace: int = 1) -> object:
+    """A decode node added, once the pool has `size` actors with it. A node whose raylet died on
+    its own before that (seen here about once in ten full runs, with nothing in Ray's logs) is
+    replaced: what these tests check is the service's part, not Ray's."""
+    node = add_decode_node(cluster)
+    deadline = time.monotonic() + 90
+    while running.pool.size < size and time.monotonic() < deadline:
+        dead = node.dead_processes()  # type: ignore[attr-defined]
+        if dead and replace:
+            log.warning("a new decode node's Ray processes died on their own (%s): adding another",
+                        [kind for kind, _ in dead])
+            _remove_extra_nodes(cluster, [node])
+            return _joined_decode_node(cluster, running, size, replace - 1)
+        time.sleep(0.1)
+    assert running.pool.size == size, running.pool.status()  # a joining decode node gets an actor
+    return node
 
 
 def _wait_for_pool(running: Service, size: int) -> None:
