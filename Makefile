@@ -33,8 +33,12 @@ setup: $(VENV)/.installed $(NATIVE)
 demo: setup
 	$(PY) examples/demo.py
 
+# Two test processes, each given whole modules (a module's fixtures start its service, Ray job or
+# cluster once): about half the machine's CPU sat idle in one process, waiting on Ray and the network.
+TEST_WORKERS ?= 2
+
 test: setup proto-check chart-config-check lint typecheck
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --dist loadfile
 
 # Side by side: shardstream, DataLoader, Ray Data, SPDL and (where TensorFlow installs) tf.data service;
 # then samples/s against the number of decode nodes (a chart), and shuffled reads of a dataset 4x

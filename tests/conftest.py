@@ -24,7 +24,7 @@ _ENV_AT_START = dict(os.environ)
 
 @pytest.fixture(scope="session")
 def ray_cluster() -> Iterator[str]:
-    """One local Ray node for the whole run, started once; its GCS address.
+    """One local Ray node for the whole run (for each test process), started once; its GCS address.
 
     Room for the shared service (2 decode actors) and a second, test-specific one.
     Each module connects to it as a Ray job of its own (`local_ray`), so a module's
