@@ -22,6 +22,8 @@ def checksum(*chunks: Any) -> int:
     """CRC32C of the chunks (bytes-like, contiguous) one after another, without copying them."""
     crc = 0
     for chunk in chunks:
+        if not len(chunk):  # an entry's padding, often none
+            continue
         # The C extension takes no writable buffer (bytearray, memoryview of one) but a numpy view of it.
         crc = google_crc32c.extend(crc, chunk if isinstance(chunk, bytes) else np.frombuffer(chunk, np.uint8))
     return int(crc)

@@ -29,8 +29,13 @@ CHECKED_FROM = 12  # the checksum covers everything after itself
 
 def seal(magic: bytes, header: bytes, rest: list[bytes | memoryview], length: int) -> list[bytes | memoryview]:
     """The entry's parts, in order: the prefix, `header`, then `rest` (`length` bytes in all)."""
-    lengths = struct.pack("<IQ", len(header), length)
-    return [magic, struct.pack("<I", checksum(lengths, header, *rest)), lengths, header, *rest]
+    checked = struct.pack("<IQ", len(header), length) + header
+    return [magic, struct.pack("<I", checksum(checked, *rest)), checked, *rest]
+
+
+def sealed_length(parts: list[bytes | memoryview]) -> int:
+    """The whole length of the entry `seal` gave as `parts`."""
+    return int(struct.unpack_from("<Q", parts[2], 4)[0])
 
 
 def check_frame(data: Any, magic: bytes, what: str) -> tuple[memoryview, int]:
@@ -70,4 +75,4 @@ def open_frame(data: Any, magic: bytes, what: str) -> tuple[dict[str, Any], int]
     return header, end
 
 
-__all__ = ["CHECKED_FROM", "PREFIX", "check_frame", "open_frame", "seal"]
+__all__ = ["CHECKED_FROM", "PREFIX", "check_frame", "open_frame", "seal", "sealed_length"]

@@ -16,6 +16,7 @@ import numpy as np
 
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.node.cache_fault import CacheFault, record_fault
+from shardstream.service.node.entry_frame import sealed_length
 from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry
 from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
@@ -166,7 +167,7 @@ class JobSamples:
         folder, row = key.folder, key.row
         peers = self._peers()
         home = peers.home(folder, row) if peers is not None else None
-        size = sum(len(p) for p in parts)
+        size = sealed_length(parts)
         if not self._within_limit(size):
             return
         if peers is not None and home is not None and home != peers.node_id:

@@ -79,28 +79,41 @@ class SampleKey:
 def encode_entry(key: SampleKey, sample: dict[str, Any]) -> list[bytes | memoryview] | None:
     """The entry's parts; None when a value is not numbers (a string, None): such a sample is
     prepared every time."""
-    fields, blocks = [], []
+    described, blocks = [], []
     for name, value in sample.items():
-        kind = next((k for k, t in SCALAR_KINDS.items() if type(value) is t), None)
+        kind = _SCALAR_KIND.get(type(value))
         if kind is None:
-            kind = "generic" if isinstance(value, np.generic) else "array"
             if not isinstance(value, (np.ndarray, np.generic)):
                 return None
+            kind = "generic" if isinstance(value, np.generic) else "array"
         array = np.asarray(value)  # not ascontiguousarray: it makes 0-d values 1-d
         if not array.flags.c_contiguous:
             array = array.copy(order="C")
         if array.dtype.kind not in "biuf":
             return None
-        fields.append([name, kind, array.dtype.str, list(array.shape)])
+        described.append((name, kind, array.dtype.str, array.shape))
         blocks.append(array.reshape(-1).view(np.uint8).data if array.size else memoryview(b""))
-    header = KEY.pack(key_digest(key.prepare, key.shard), key.row) + json.dumps(fields).encode()
+    fields, pads, length = _described(tuple(described))
     rest: list[bytes | memoryview] = []
-    position = PREFIX.size + len(header)
-    for block in blocks:
+    for pad, block in zip(pads, blocks, strict=True):
+        rest += [pad, block]
+    return seal(MAGIC, KEY.pack(key_digest(key.prepare, key.shard), key.row) + fields, rest, length)
+
+
+_SCALAR_KIND = {t: k for k, t in SCALAR_KINDS.items()}
+
+
+@functools.lru_cache(maxsize=4096)
+def _described(described: tuple[tuple[str, str, str, tuple[int, ...]], ...]) -> tuple[bytes, list[bytes], int]:
+    """The fields' description as an entry holds it, the padding before each field's array, and
+    the entry's whole length: the same for every sample of the same fields and shapes."""
+    fields = json.dumps([[name, kind, dtype, list(shape)] for name, kind, dtype, shape in described]).encode()
+    pads, position = [], PREFIX.size + KEY.size + len(fields)
+    for _, _, dtype, shape in described:
         pad = -position % ALIGN
-        rest += [b"\0" * pad, block]
-        position += pad + len(block)
-    return seal(MAGIC, header, rest, position)
+        pads.append(b"\0" * pad)
+        position += pad + math.prod(shape) * np.dtype(dtype).itemsize
+    return fields, pads, position
 
 
 @dataclass(frozen=True)

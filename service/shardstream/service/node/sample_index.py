@@ -53,6 +53,7 @@ class SampleIndex:
     def __init__(self, root: str) -> None:
         self.root = root
         self._files: OpenFiles[int] = OpenFiles(OPEN_INDEXES, _close_quietly)  # folder -> descriptor
+        self._sizes: dict[str, int] = {}  # folder -> a size its open index file has reached
         self._absent: dict[str, float] = {}  # folder -> when its index was found missing
         self._lock = threading.Lock()
 
@@ -76,6 +77,7 @@ class SampleIndex:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         self._absent.pop(folder, None)
+        self._sizes[folder] = 0  # not known yet: this may be another file than the one last opened
         return self._files.add(folder, fd)
 
     def get(self, folder: str, row: int) -> int:
@@ -115,8 +117,11 @@ class SampleIndex:
             fd = self._fd(folder, create=True)
             assert fd is not None
             end = (row // GROW_ROWS + 1) * GROW_ROWS * SLOT.size
-            if os.fstat(fd).st_size < end:
-                os.posix_fallocate(fd, 0, end)
+            if self._sizes.get(folder, 0) < end:  # the open file never shrinks: a size seen holds
+                size = os.fstat(fd).st_size
+                if size < end:
+                    os.posix_fallocate(fd, 0, end)
+                self._sizes[folder] = max(size, end)
             os.pwrite(fd, SLOT.pack(slot), row * SLOT.size)
 
     def clear(self, folder: str, row: int, slot: int) -> None:
