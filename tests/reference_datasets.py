@@ -60,7 +60,7 @@ ODD_SHARD: list[Member] = [
     ("train/x.y/a2.jpg", solid_png(30)),
     ("train/x.y/a2.cls", b"2"),
     ("train/a3.jpg", solid_png(40)),  # no cls
-    ("train/a3.txt.gz", gzip.compress(b"zipped caption")),
+    ("train/a3.txt.gz", gzip.compress(b"zipped caption", mtime=0)),
     ("train/.hidden.jpg", solid_png(50)),  # WebDataset: key 'train/', field 'hidden.jpg'
     ("train/a4.npy", npy_bytes(np.arange(6, dtype=np.int16).reshape(2, 3))),
     ("train/a4.cls", b"4"),
