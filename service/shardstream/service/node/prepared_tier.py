@@ -62,6 +62,7 @@ FULL_RETRY_S = 30.0  # a tier found full and with nothing stale is not looked at
 TOUCH_EVERY_S = 60.0  # how often an actor marks a dataset it reads from as used
 MIN_CHUNK_BYTES = 4096  # a smaller file among the chunks is damage
 READ_AHEAD = 4096  # the first read of an entry: a small one (a tokenized document) whole, in one call
+READ_GROUP = 256  # entries read into one buffer (1 MiB) at a time
 FIRST_CHUNK_BYTES = 1 << 20  # an actor's first chunk of a dataset; each next one twice the last, up to the tier's
 
 
@@ -148,27 +149,36 @@ class SampleTier:
     def load_slots(self, folder: str, rows: list[int], slots: list[int]) -> list[np.ndarray | CacheFault]:
         """`load_slot` of many of a shard's rows (slots nonzero): each entry as stored, unverified, or
         the CacheFault of one that cannot be read whole (its row then forgotten). Entries of up to
-        READ_AHEAD bytes are read in one call each, under one hold of the chunks' lock."""
+        READ_AHEAD bytes are read in one call each, READ_GROUP at a time under one hold of the chunks'
+        lock, and copied out of the group's buffer: a batch of many small samples holds their bytes,
+        not READ_AHEAD each."""
         root, dataset = str(self.root), dataset_of(folder)
         places = [(_chunk_path(root, dataset, chunk), offset) for chunk, offset in map(place_of, slots)]
-        heads = self._chunks.read_many(places, READ_AHEAD)
         entries: list[np.ndarray | CacheFault] = []
-        for (path, _), head, row, slot in zip(places, heads, rows, slots, strict=True):
-            try:
-                if isinstance(head, OSError):
-                    raise head
-                length = int(head[16:24].view("<u8")[0]) if len(head) >= PREFIX.size else -1
-                entries.append(head[:length] if 0 <= length <= len(head) else self._read(folder, *place_of(slot)))
-            except CacheFault as fault:
-                self.index.clear(folder, row, slot)
-                entries.append(fault)
-            except OSError as exc:
-                self._damaged_chunk(path)
-                self.index.clear(folder, row, slot)
-                entries.append(CacheFault("io_error", f"chunk {place_of(slot)[0]}: {type(exc).__name__}: "
-                                                       f"{exc.strerror or exc}"))
+        for start in range(0, len(places), READ_GROUP):
+            group = places[start:start + READ_GROUP]
+            heads = self._chunks.read_many(group, READ_AHEAD)
+            for (path, _), head, row, slot in zip(group, heads, rows[start:start + READ_GROUP],
+                                                  slots[start:start + READ_GROUP], strict=True):
+                entries.append(self._whole(folder, path, head, row, slot))
         self._touch(dataset)
         return entries
+
+    def _whole(self, folder: str, path: str, head: np.ndarray | OSError, row: int, slot: int) -> np.ndarray | CacheFault:
+        """The entry whose first READ_AHEAD bytes (or fewer) are `head`: those, copied, when it ends
+        within them, else read again whole."""
+        try:
+            if isinstance(head, OSError):
+                raise head
+            length = int(head[16:24].view("<u8")[0]) if len(head) >= PREFIX.size else -1
+            return head[:length].copy() if 0 <= length <= len(head) else self._read(folder, *place_of(slot))
+        except CacheFault as fault:
+            self.index.clear(folder, row, slot)
+            return fault
+        except OSError as exc:
+            self._damaged_chunk(path)
+            self.index.clear(folder, row, slot)
+            return CacheFault("io_error", f"chunk {place_of(slot)[0]}: {type(exc).__name__}: {exc.strerror or exc}")
 
     def drop(self, folder: str, row: int, slot: int) -> None:
         """Forget an entry refused on reading (unless another actor stored the row again meanwhile)."""

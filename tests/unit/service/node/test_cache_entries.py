@@ -212,6 +212,27 @@ def test_entries_shorter_and_longer_than_the_first_read_come_back_whole_and_dama
     assert counters.take_delta().faults == expected
 
 
+def test_a_batch_of_many_small_entries_holds_their_bytes_not_a_first_read_each(tmp_path: Path) -> None:
+    """More entries than one read group, each far smaller than the first read: every one comes back,
+    and what a sample's array keeps alive is its own entry's bytes, not the group's buffer."""
+    count = prepared_tier.READ_GROUP + 5
+    index = _index(tmp_path / "data", (count,))
+    samples = PreparedCache([chunked_tier("memory", tmp_path / "m")], SharedReadCounters()).for_job(index, "prepare")
+    for row in range(count):
+        samples.put(row, {"ids": np.full(4, row, np.int64)})
+    rows = list(range(count))[::-1]
+    found = samples.get_many(rows)
+    assert [found[p]["ids"].tolist() for p in range(count)] == [[row] * 4 for row in rows]
+    assert max(_owner(found[p]["ids"]).nbytes for p in range(count)) < prepared_tier.READ_AHEAD // 4
+
+
+def _owner(array: np.ndarray) -> np.ndarray:
+    """The array that owns the memory `array` is a view of."""
+    while isinstance(array.base, np.ndarray):
+        array = array.base
+    return array
+
+
 def test_an_index_that_cannot_be_read_is_a_fault_for_each_sample_asked(tmp_path: Path) -> None:
     index = _index(tmp_path / "data")
     counters = SharedReadCounters()
