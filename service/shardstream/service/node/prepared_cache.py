@@ -123,13 +123,12 @@ class PreparedCache:
         self.budget = budget or WriteBudget()  # the share of this actor's time keeping samples may take
         self.publish()
 
-    def load(self, tier: SampleTier, key: SampleKey, slot: int | None = None) -> dict[str, Any] | None:
-        """The sample `tier` holds for `key` (at `slot` when looked up already), verified; None when
-        it holds none or the entry is refused (then dropped, counted and logged)."""
-        looked_up, slot = slot, 0
+    def load(self, tier: SampleTier, key: SampleKey) -> dict[str, Any] | None:
+        """The sample `tier` holds for `key`, verified; None when it holds none or the entry is
+        refused (then dropped, counted and logged)."""
+        slot = 0
         try:
-            found = (tier.load_file(key.folder, key.row) if looked_up is None
-                     else tier.load_slot(key.folder, key.row, looked_up))
+            found = tier.load_file(key.folder, key.row)
             if found is None:
                 return None
             data, slot = found

@@ -153,48 +153,40 @@ class SampleTier:
         lock, and copied out of the group's buffer: a batch of many small samples holds their bytes,
         not READ_AHEAD each."""
         root, dataset = str(self.root), dataset_of(folder)
-        places = [(_chunk_path(root, dataset, chunk), offset) for chunk, offset in map(place_of, slots)]
+        places = [place_of(slot) for slot in slots]
         entries: list[np.ndarray | CacheFault] = []
         for start in range(0, len(places), READ_GROUP):
             group = places[start:start + READ_GROUP]
-            heads = self._chunks.read_many(group, READ_AHEAD)
-            for (path, _), head, row, slot in zip(group, heads, rows[start:start + READ_GROUP],
-                                                  slots[start:start + READ_GROUP], strict=True):
-                entries.append(self._whole(folder, path, head, row, slot))
+            heads = self._chunks.read_many([(_chunk_path(root, dataset, chunk), offset) for chunk, offset in group],
+                                           READ_AHEAD)
+            for (chunk, offset), head, row, slot in zip(group, heads, rows[start:start + READ_GROUP],
+                                                        slots[start:start + READ_GROUP], strict=True):
+                try:
+                    entries.append(self._read(folder, chunk, offset, head))
+                except CacheFault as fault:
+                    self.index.clear(folder, row, slot)
+                    entries.append(fault)
         self._touch(dataset)
         return entries
-
-    def _whole(self, folder: str, path: str, head: np.ndarray | OSError, row: int, slot: int) -> np.ndarray | CacheFault:
-        """The entry whose first READ_AHEAD bytes (or fewer) are `head`: those, copied, when it ends
-        within them, else read again whole."""
-        try:
-            if isinstance(head, OSError):
-                raise head
-            length = int(head[16:24].view("<u8")[0]) if len(head) >= PREFIX.size else -1
-            return head[:length].copy() if 0 <= length <= len(head) else self._read(folder, *place_of(slot))
-        except CacheFault as fault:
-            self.index.clear(folder, row, slot)
-            return fault
-        except OSError as exc:
-            self._damaged_chunk(path)
-            self.index.clear(folder, row, slot)
-            return CacheFault("io_error", f"chunk {place_of(slot)[0]}: {type(exc).__name__}: {exc.strerror or exc}")
 
     def drop(self, folder: str, row: int, slot: int) -> None:
         """Forget an entry refused on reading (unless another actor stored the row again meanwhile)."""
         self.index.clear(folder, row, slot)
 
-    def _read(self, folder: str, chunk: int, offset: int) -> np.ndarray:
-        """The entry at `offset`: one read for an entry of up to READ_AHEAD bytes (its length is in
-        its prefix), a second for a longer one."""
+    def _read(self, folder: str, chunk: int, offset: int, head: np.ndarray | OSError | None = None) -> np.ndarray:
+        """The entry at `offset`: its first READ_AHEAD bytes (`head` when they were read already, or
+        the error reading them raised), copied when the entry ends within them, else a second read
+        of the whole entry."""
         path = _chunk_path(str(self.root), dataset_of(folder), chunk)
         try:
-            data = self._chunks.read(path, offset, READ_AHEAD)
+            data = self._chunks.read(path, offset, READ_AHEAD) if head is None else head
+            if isinstance(data, OSError):
+                raise data
             if len(data) < PREFIX.size:
                 raise CacheFault("short_read", f"chunk {chunk} ends before the entry at {offset}")
             length = int(data[16:24].view("<u8")[0])  # PREFIX's whole length
             if length <= len(data):
-                return data[:length]
+                return data[:length].copy()
             data = self._chunks.read(path, offset, length)
         except OSError as exc:  # the chunk is gone, a directory in its place, a failing disk
             self._damaged_chunk(path)

@@ -108,10 +108,12 @@ class OpenChunk:
     def read(self, offset: int, length: int) -> np.ndarray:
         """`length` bytes from `offset`; fewer when the file is, or has become, shorter (damage). A
         damaged length never allocates more than the chunk's size."""
-        length = min(length, max(0, self.size - offset))
-        out = np.empty(length, np.uint8)
-        got = os.preadv(self.fd, [out.data], offset) if length else 0
-        return out[:got]
+        return self.read_into(np.empty(min(length, max(0, self.size - offset)), np.uint8), offset)
+
+    def read_into(self, out: np.ndarray, offset: int) -> np.ndarray:
+        """`out`'s bytes from `offset`, or as many as the chunk holds there: the part of `out` read."""
+        out = out[: max(0, self.size - offset)]
+        return out[: os.preadv(self.fd, [out.data], offset) if len(out) else 0]
 
     def close(self) -> None:
         os.close(self.fd)
@@ -144,9 +146,7 @@ class ChunkCache:
                     if path != last_path:
                         last_path, chunk = path, self._open.get(path) or self._open.add(path, OpenChunk(path))
                     assert chunk is not None
-                    size = min(length, max(0, chunk.size - offset))
-                    view = out[n * length: n * length + size]
-                    got.append(view[: os.preadv(chunk.fd, [view.data], offset) if size else 0])
+                    got.append(chunk.read_into(out[n * length: (n + 1) * length], offset))
                 except OSError as exc:
                     last_path = ""
                     got.append(exc)
