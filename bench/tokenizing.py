@@ -7,9 +7,15 @@ trained on them here (vocabulary 8,000; nothing fetched), all in this one proces
 - **encode_batch, one thread**: the same with ``RAYON_NUM_THREADS=1`` (a decode actor's share is a
   core: several threads each would contend with the node's other actors);
 - **encode loop**: ``Tokenizer.encode(text)`` per text, the reference's per-sample cost;
-- **prepare**: ``TokenizeTransform.prepare`` per sample (what a decode actor runs for a cold sample);
+- **encode_batch_fast, one thread**: ``Tokenizer.encode_batch_fast`` of batches of 256 texts
+  (the same ids, without each token's character offsets) with ``TOKENIZERS_PARALLELISM=false``,
+  as a decode actor calls it;
+- **prepare**: ``TokenizeTransform.prepare`` per sample;
+- **prepare_many**: ``TokenizeTransform.prepare_many`` of batches of 256 rows, on one thread: what
+  a decode actor runs for a batch's cold samples;
 - **decode_batch**: whole batches through ``decode_batch`` (Parquet rows read from the in-memory
-  LRU, prepare, pad), the prepared-sample cache off: a cold epoch's cost per decode actor;
+  LRU, prepare_many, pad) on one thread, the prepared-sample cache off: a cold epoch's cost per
+  decode actor;
 - **decode_batch, warm**: the same batches again with the prepared-sample cache on, every
   sample found (a second epoch's: no tokenizing).
 
@@ -98,17 +104,38 @@ def measure(directory: Path, repeats: int, only: str = "") -> dict[str, dict[str
     transform = build_transform("tokenize", {"tokenizer": path}, ())
     assert transform is not None
     cold, warm = _decode_batch(directory, path, texts)
+    batches = [texts[start:start + BATCH] for start in range(0, len(texts), BATCH)]
     results = timed({
         "encode_batch": encode_batch,
         "encode loop": lambda: sum(len(plain.encode(t, add_special_tokens=False).ids) for t in texts),
+        "encode_batch_fast, one thread": _one_thread(lambda: sum(
+            len(e.ids) for batch in batches for e in plain.encode_batch_fast(batch, add_special_tokens=False))),
         "prepare": lambda: sum(len(transform.prepare({"text": t})["input_ids"]) for t in texts),
-        "decode_batch": cold,
+        "prepare_many": _one_thread(lambda: sum(
+            len(sample["input_ids"]) for batch in batches
+            for sample in transform.prepare_many([{"text": t} for t in batch]))),
+        "decode_batch": _one_thread(cold),
         "decode_batch, warm": warm,
     }, repeats)
     results["encode_batch, one thread"] = _child(repeats)
-    order = ["encode_batch", "encode_batch, one thread", "encode loop", "prepare", "decode_batch",
-             "decode_batch, warm"]
+    order = ["encode_batch", "encode_batch, one thread", "encode loop", "encode_batch_fast, one thread", "prepare",
+             "prepare_many", "decode_batch", "decode_batch, warm"]
     return {name: results[name] for name in order}
+
+
+def _one_thread(run: Callable[[], int]) -> Callable[[], int]:
+    """`run` with tokenizers' batch calls on the calling thread, as in a decode actor (decoder.py)."""
+    def once() -> int:
+        before = os.environ.get("TOKENIZERS_PARALLELISM")
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"
+        try:
+            return run()
+        finally:
+            if before is None:
+                del os.environ["TOKENIZERS_PARALLELISM"]
+            else:
+                os.environ["TOKENIZERS_PARALLELISM"] = before
+    return once
 
 
 def _decode_batch(directory: Path, path: str, texts: list[str]) -> tuple[Callable[[], int], Callable[[], int]]:
@@ -172,9 +199,9 @@ def main() -> None:
         print(json.dumps(results))
         return
     print(f"{DOCS:,} documents, {int(results['encode loop']['tokens']):,} tokens; best of {args.repeats}")
-    print(f"{'':28} {'tokens/s':>12} {'tokens/CPU-s':>14}")
+    print(f"{'':30} {'tokens/s':>12} {'tokens/CPU-s':>14}")
     for name, row in results.items():
-        print(f"{name:28} {row['tokens_per_s']:>12,.0f} {row['tokens_per_cpu_s']:>14,.0f}")
+        print(f"{name:30} {row['tokens_per_s']:>12,.0f} {row['tokens_per_cpu_s']:>14,.0f}")
 
 
 if __name__ == "__main__":

@@ -41,8 +41,10 @@ from shardstream.service.node.reader import ShardReader
 from shardstream.service.node.sample_steps import (
     UnreadableSample,
     augment_sample,
-    keep_sample,
+    keep_samples,
+    keep_together,
     made_sample,
+    prepare_together,
     readable,
     transform_sample,
 )
@@ -133,6 +135,8 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
     built = 0  # bytes of the samples so far
     rngs = sample_rngs(job.spec.sample_seed, epoch, used.tolist()) if augment is not None else []  # sample_rng's, at once
     augment_into = getattr(transform, "augment_into", None) if filler is not None and augment is not None else None
+    ready = prepare_together(transform, rows) if augment_into is None else {}
+    keep_together(prepared_samples, used, ready)
     with _sending_home(prepared_samples):
         for position in range(len(used)):
             index = int(used[position])
@@ -142,7 +146,8 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                 if sample is None:
                     into = filler.place() if augment_into is not None and filler is not None else None
                     sample, augmented = made_sample(transform, rows.pop(position), index, prepared_samples,
-                                                    augment_into, into, rngs[position] if into is not None else None)
+                                                    augment_into, into, rngs[position] if into is not None else None,
+                                                    ready=ready.pop(position, None))
                 if augment is not None and not augmented:
                     sample = augment(sample, rngs[position])
             except Exception as exc:
@@ -201,8 +206,7 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
                          prepared_samples.keeps_now if prepared_samples is not None else None, job.max_batch_bytes)
     if batch is None:
         return None
-    for position, kept in batch.kept.items():
-        keep_sample(prepared_samples, int(used[position]), kept)
+    keep_samples(prepared_samples, {int(used[position]): kept for position, kept in batch.kept.items()})
     for position, row in batch.left.items():
         index = int(used[position])
         try:  # the loop's steps, without its rows of the message

@@ -74,6 +74,9 @@ class DecodeWorker:
 
     def __init__(self, settings: ReadSettings, serving: ServeSettings, tls: TlsFiles | None = None) -> None:
         keep_freed_memory()  # batch arrays reuse mapped heap memory (allocator.py)
+        # A decode actor is a core's work: the tokenize transform's batch encode runs on this
+        # thread, not on a pool of a thread per core beside the node's other actors.
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         self._counters = SharedReadCounters()
         local = _local_copy(settings, self._counters) if settings.local_copy_bytes > 0 else None
         self._source = RowGroupSource(StorageReader(self._counters), RowGroupCache(settings.memory_bytes),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import logging
 import threading
 import time
 from collections.abc import Sequence
@@ -23,6 +24,8 @@ from shardstream.service.node.prepared_tier import SampleTier
 
 if TYPE_CHECKING:
     from shardstream.service.node.prepared_cache import PreparedCache
+
+log = logging.getLogger(__name__)
 
 HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
 
@@ -149,13 +152,23 @@ class JobSamples:
 
     def put(self, index: int, sample: dict[str, Any]) -> None:
         """Keep a sample prepared here (after `keeps_now`): in this node's tiers when it is its
-        home, else as a copy for its home, sent by `send_to_homes`. The time it takes is spent from
-        the write budget: this thread's CPU time, not the time passing, which also counts the actor's
-        other threads (its batch server) holding the GIL meanwhile."""
+        home, else as a copy for its home, sent by `send_to_homes`."""
+        self.put_many({index: sample})
+
+    def put_many(self, samples: dict[int, dict[str, Any]]) -> None:
+        """`put` of each (index -> sample); a sample the cache fails to keep costs a warning, never
+        the others. The time they take is spent from the write budget at once: this thread's CPU
+        time, not the time passing, which also counts the actor's other threads (its batch server)
+        holding the GIL meanwhile."""
         started = time.thread_time()
         try:
-            self._keep(index, sample)
+            for index, sample in samples.items():
+                try:
+                    self._keep(index, sample)
+                except Exception:
+                    log.warning("cannot cache prepared sample %d", index, exc_info=True)
         finally:
+            self.cache.publish()
             seconds = time.thread_time() - started
             self.cache.budget.spent(seconds, self.hit_rate)
             self.cache.counters.count(keep_seconds=seconds)
@@ -176,7 +189,6 @@ class JobSamples:
                 self._gifts.setdefault(home, []).append((folder, row, b"".join(parts)))
             return
         self.cache.store(folder, row, parts, size)
-        self.cache.publish()
 
     def send_to_homes(self) -> None:
         """Give each home node the samples of its that were prepared here (after a batch)."""

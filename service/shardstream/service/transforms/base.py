@@ -4,6 +4,10 @@
 output could be cached across epochs. ``augment(sample, rng)`` is random per
 epoch; its generator is seeded from (seed, epoch, global sample index) only,
 never from which actor does the work or when.
+
+A transform may also have ``prepare_many(rows)``: ``prepare`` of each of a batch's rows in one
+call, a list of each row's sample or of the exception ``prepare`` would raise for it (the tokenize
+transform encodes a batch's texts at once). The decode loop uses it where it is there.
 """
 
 from __future__ import annotations

@@ -115,6 +115,28 @@ class TokenizeTransform:
         not a string, and on a text past `longest` ids (without max_length)."""
         return self._sample(row, self.tokenizer.encode(self._text(row), add_special_tokens=self.add_special_tokens).ids)
 
+    def prepare_many(self, rows: list[Sample]) -> list[Sample | Exception]:
+        """``prepare`` of each row, the texts tokenized in one call: each row's sample, or the error
+        ``prepare`` would raise for it. ``encode_batch_fast`` gives ``encode``'s ids without working
+        out each token's character offsets, which nothing here uses: about a quarter less CPU a
+        token. Its thread pool is held to the calling thread in a decode actor (decoder.py)."""
+        out: list[Sample | Exception] = []
+        texts: list[str] = []
+        for row in rows:
+            try:
+                texts.append(self._text(row))
+                out.append(row)
+            except ValueError as exc:
+                out.append(exc)
+        encodings = iter(self.tokenizer.encode_batch_fast(texts, add_special_tokens=self.add_special_tokens))
+        for i, text_row in enumerate(out):
+            if isinstance(text_row, dict):
+                try:
+                    out[i] = self._sample(text_row, next(encodings).ids)
+                except ValueError as exc:
+                    out[i] = exc
+        return out
+
     def _text(self, row: Sample) -> str:
         text = row.get(self.column)
         if not isinstance(text, str):

@@ -138,6 +138,29 @@ def _index(directory: Path, shard_rows: tuple[int, ...] = (5, 4)) -> DatasetInde
     return index_dataset((str(directory),))
 
 
+def test_a_sample_the_cache_fails_to_keep_costs_a_warning_and_the_batchs_others_are_kept(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    counters = SharedReadCounters()
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters)
+    samples = cache.for_job(_index(tmp_path / "data"), "identity")
+    store, bad = cache.store, samples._key(1)
+
+    def failing(folder: str, row: int, parts: list[bytes | memoryview], size: int) -> bool:
+        if (folder, row) == (bad.folder, bad.row):
+            raise OSError("the tier's device went away")
+        return store(folder, row, parts, size)
+
+    monkeypatch.setattr(cache, "store", failing)
+    samples.put_many({index: {"x": np.arange(index + 1)} for index in (0, 1, 2, 6)})
+    found = samples.get_many([0, 1, 2, 6])
+    assert sorted(found) == [0, 2, 3]  # positions in the list asked: sample 1 alone is missing
+    assert [found[position]["x"].tolist() for position in (0, 2, 3)] == [[0], [0, 1, 2], list(range(7))]
+    assert "cannot cache prepared sample 1" in caplog.text
+    delta = counters.take_delta()
+    assert delta.keep_seconds > 0  # the batch's writes, charged to the budget
+    assert delta.prepared_memory_bytes == cache.tiers[0].stored_bytes > 0  # published for the report
+
+
 def test_a_rewritten_shard_is_a_different_key(tmp_path: Path) -> None:
     counters = SharedReadCounters()
     cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters)

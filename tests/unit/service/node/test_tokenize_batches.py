@@ -59,6 +59,10 @@ class Counting:
         self.encoded += 1
         return self.tokenizer.encode(text, add_special_tokens=add_special_tokens)
 
+    def encode_batch_fast(self, texts: list[str], add_special_tokens: bool = False) -> Any:
+        self.encoded += len(texts)
+        return self.tokenizer.encode_batch_fast(texts, add_special_tokens=add_special_tokens)
+
 
 def transform_of(path: str, **args: Any) -> TokenizeTransform:
     built = build_transform("tokenize", {"tokenizer": path, **args}, ())

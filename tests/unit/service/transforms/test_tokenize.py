@@ -86,6 +86,10 @@ def test_ids_are_the_tokenizers_librarys_with_bos_eos_and_truncation_as_document
         assert ids.tolist() == expected, text
         if "max_length" in config:
             assert len(ids) <= config["max_length"]
+    together = transform.prepare_many([{"text": text, "idx": 3} for text in TEXTS])  # the decode loop's call
+    assert [sample["input_ids"].tolist() for sample in together] == [transform.prepare({"text": text})["input_ids"]
+                                                                     .tolist() for text in TEXTS]
+    assert all(list(sample) == ["input_ids"] and sample["input_ids"].dtype == np.int64 for sample in together)
 
 
 def test_the_long_text_is_cut_and_the_others_are_whole(bpe: str) -> None:
@@ -162,6 +166,25 @@ def test_a_null_or_a_value_that_is_not_a_string_is_an_error_naming_the_column(
         bpe: str, value: object, said: str) -> None:
     with pytest.raises(ValueError, match=f"column 'text' holds {said}, not a string"):
         tokenize(bpe).prepare({"text": value})
+
+
+def test_a_batch_tokenized_together_fails_only_its_bad_rows_each_with_prepares_error(bpe: str) -> None:
+    transform = build_transform("tokenize", {"tokenizer": bpe, "add_eos": True, "eos_token": "</s>"}, (),
+                                RequestLimits(seq_len=40))
+    assert isinstance(transform, TokenizeTransform)
+    rows = [{"text": "the quick"}, {"text": None}, {"text": TEXTS[-3]}, {"text": 7}, {"text": ""}, {"text": "fox"}]
+    together = transform.prepare_many(rows)
+    assert len(together) == len(rows)
+    for row, got in zip(rows, together, strict=True):
+        try:
+            expected: Any = transform.prepare(dict(row))
+        except ValueError as exc:
+            expected = exc
+        if isinstance(expected, ValueError):
+            assert isinstance(got, ValueError) and str(got) == str(expected)
+        else:
+            assert isinstance(got, dict) and got["input_ids"].tolist() == expected["input_ids"].tolist()
+    assert [isinstance(got, ValueError) for got in together] == [False, True, True, True, False, False]
 
 
 @pytest.mark.parametrize(("content", "message"), [
