@@ -206,6 +206,8 @@ def _native(job: DecodeJob, reader: ShardReader, transform: Any, epoch: int, use
                          prepared_samples.keeps_now if prepared_samples is not None else None, job.max_batch_bytes)
     if batch is None:
         return None
+    if prepared_samples is not None:
+        prepared_samples.made(batch.seconds, batch.made, len(batch.kept))
     keep_samples(prepared_samples, {int(used[position]): kept for position, kept in batch.kept.items()})
     for position, row in batch.left.items():
         index = int(used[position])

@@ -21,6 +21,7 @@ loop; it also runs it when one of the samples left to it fails and is to be repl
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,8 @@ class NativeBatch:
     left: dict[int, dict[str, Any] | None]  # position -> its row (None: the cache holds the sample)
     keeps: dict[int, bool]  # position -> whether the sample is kept, decided already (keeps_now)
     kept: dict[int, dict[str, Any]]  # position -> its prepared sample, to keep
+    made: int = 0  # samples the first native call made
+    seconds: float = 0.0  # the time it took (the part that made `kept` is a cost of keeping: JobSamples.made)
 
     def fill(self, position: int, sample: dict[str, Any]) -> bool:
         """A sample made as the loop makes it, written into its rows: False where it does not fit them."""
@@ -107,7 +110,9 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
     keep = np.zeros(count, bool)
     if keeps_now is not None and len(missing):
         keep[missing] = keeps_now(len(missing))  # writes come after the call: one answer for all
+    started = time.perf_counter()
     done, kept = transform.crop_batch(pointers, sizes, take, words, frame.arrays[image], keep)
+    seconds = time.perf_counter() - started
     made = np.flatnonzero(take & ~done).tolist()  # taken, not made natively: the loop's steps make them
     rows = dict(zip(made + list(kept), reader.rows(used[made + list(kept)]), strict=True)) if made or kept else {}
     for position, pixels in kept.items():
@@ -117,7 +122,8 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
         kept[position] = sample
     left: dict[int, dict[str, Any] | None] = {position: rows.get(position) for position in
                                               sorted([*made, *(set(cached) - set(cropped))])}
-    return NativeBatch(frame, left, {position: bool(keep[position]) for position in made}, kept)
+    return NativeBatch(frame, left, {position: bool(keep[position]) for position in made}, kept, int(done.sum()),
+                       seconds)
 
 
 def _cached_columns(sample: dict[str, Any], image: str, schema: pa.Schema) -> list[str] | None:

@@ -5,7 +5,8 @@ Writing a prepared sample is not free: a decoded 224 x 224 picture is 150-200 KB
 writing its entry costs about 50 us (``python -m bench.cache_write_cost``) against 250-600 us to
 decode it. With the cache on by default, writing every miss at once would slow every first epoch by
 a sixth or more. So each actor spends on writes at most a share of the time passing (a token bucket:
-credit grows with the clock, writes spend the CPU time they take, an idle spell banks at most BANK_S
+credit grows with the clock, writes spend the time they take on the decode thread, and the extra work
+of making a sample to keep is charged as theirs (job_samples.py), an idle spell banks at most BANK_S
 of it), and the share depends on how much the cache already serves the job whose sample it is:
 
 - a job whose samples all miss (its first epoch) writes in at most MIN_SHARE of the time: it runs at

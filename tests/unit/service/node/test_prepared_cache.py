@@ -161,6 +161,34 @@ def test_a_sample_the_cache_fails_to_keep_costs_a_warning_and_the_batchs_others_
     assert delta.prepared_memory_bytes == cache.tiers[0].stored_bytes > 0  # published for the report
 
 
+def test_a_batch_call_that_also_makes_samples_to_keep_is_charged_what_it_took_beyond_making_them(
+        tmp_path: Path) -> None:
+    """A JPEG kept is decoded whole beside its crop: the write budget pays what a keeping call
+    takes beyond what calls that keep nothing take for as many samples (all of it before any has
+    been seen)."""
+    counters = SharedReadCounters()
+    now = [0.0]
+    budget = WriteBudget(bank_s=100.0, clock=lambda: now[0])
+    samples = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters, budget=budget).for_job(
+        _index(tmp_path / "data"), "identity")
+    samples.made(0.064, 64, 64)  # nothing learnt yet: all of it
+    assert counters.take_delta().keep_seconds == pytest.approx(0.064)
+    samples.made(0.032, 64, 0)  # 0.5 ms a sample when keeping none
+    assert counters.take_delta().keep_seconds == 0
+    samples.made(0.048, 64, 64)
+    assert counters.take_delta().keep_seconds == pytest.approx(0.016)
+    samples.made(0.030, 64, 64)  # faster than the learnt cost: nothing to charge
+    assert counters.take_delta().keep_seconds == 0
+    samples.made(0.064, 64, 0)  # 1 ms a sample: the learnt cost moves a tenth of the way, to 0.55 ms
+    samples.made(0.0352 + 0.010, 64, 32)
+    assert counters.take_delta().keep_seconds == pytest.approx(0.010)
+    # Spent from the budget at the job's share (5%): 0.09 s so far is 1.8 s of the 100 s banked, and
+    # 4.96 s more is the rest of it and more.
+    assert budget.allows()
+    samples.made(5.0, 64, 64)
+    assert not budget.allows()
+
+
 def test_a_rewritten_shard_is_a_different_key(tmp_path: Path) -> None:
     counters = SharedReadCounters()
     cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters)
