@@ -44,6 +44,8 @@ loader picks the version when the library is loaded). */
 #define VECTORIZED
 #endif
 
+enum { FLIP_ROW = 2048 }; /* the widest crop row mirrored through planes on the stack (6 KiB) */
+
 VECTORIZED static void split_row(const uint8_t *src, int components, int width, int flip, uint8_t *dst,
                       size_t plane) {
     if (components == 1) {
@@ -55,7 +57,22 @@ VECTORIZED static void split_row(const uint8_t *src, int components, int width, 
         return;
     }
     uint8_t *r = dst, *g = dst + plane, *b = dst + 2 * plane;
-    if (flip) {
+    if (flip && width <= FLIP_ROW) {
+        /* Split in order into planes on the stack, then copy each back to front: both loops
+        vectorize, where a gather of pixels back to front did not (three times the time). */
+        uint8_t planes[3][FLIP_ROW];
+        for (int x = 0; x < width; x++) {
+            const uint8_t *p = src + 3 * x;
+            planes[0][x] = p[0];
+            planes[1][x] = p[1];
+            planes[2][x] = p[2];
+        }
+        for (int x = 0; x < width; x++) {
+            r[x] = planes[0][width - 1 - x];
+            g[x] = planes[1][width - 1 - x];
+            b[x] = planes[2][width - 1 - x];
+        }
+    } else if (flip) {
         for (int x = 0; x < width; x++) {
             const uint8_t *p = src + 3 * (width - 1 - x);
             r[x] = p[0];

@@ -13,7 +13,7 @@ import pytest
 
 from shardstream.service.transforms import jpeg_crop, jpeg_crop_check, jpeg_decode
 from shardstream.service.transforms.image import ImageTransform
-from shardstream.service.transforms.sample_seeds import sample_rngs
+from shardstream.service.transforms.sample_seeds import sample_rngs, seed_words
 from tests.jpeg_samples import JPEG_KINDS, cmyk_jpeg, pillow_prepare, png
 
 
@@ -61,6 +61,38 @@ def test_every_crop_is_pillows(data: bytes, channels: int) -> None:
         assert jpeg_crop.crop_into(data, channels, width, height, top, left, flip, out)
         expected = _pillow_crop(data, channels, top, left, crop_height, crop_width, flip)
         assert np.array_equal(out, expected), (top, left, crop_height, crop_width, flip)
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_rows_wider_than_the_mirrored_rows_on_the_stack_are_pillows_too(channels: int) -> None:
+    """A mirrored row of up to 2,048 pixels is split through planes on the stack (jpeg_crop.c,
+    FLIP_ROW); a wider one pixel by pixel. Both give Pillow's crop, and so does a prepared image's."""
+    import io
+
+    from PIL import Image
+
+    pixels = np.random.default_rng(7).integers(0, 256, (16, 2100, 3), dtype=np.uint8)
+    buffer = io.BytesIO()
+    Image.fromarray(pixels).save(buffer, format="JPEG", quality=90)
+    data = buffer.getvalue()
+    for top, left, crop_height, crop_width in [(0, 0, 16, 2100), (3, 1, 9, 2049), (0, 52, 16, 2048), (2, 7, 5, 2047)]:
+        for flip in (False, True):
+            out = np.empty((channels, crop_height, crop_width), np.uint8)
+            assert jpeg_crop.crop_into(data, channels, 2100, 16, top, left, flip, out)
+            expected = _pillow_crop(data, channels, top, left, crop_height, crop_width, flip)
+            assert np.array_equal(out, expected), (top, left, crop_height, crop_width, flip)
+    if channels == 3:  # a prepared image's center crop, mirrored where its draw says: numpy's
+        decoded = pillow_prepare(ImageTransform(size=8), data)
+        words = seed_words(0, 0, list(range(8)))
+        for width in (2048, 2049, 2100):
+            out = np.empty((8, 3, 16, width), np.uint8)
+            jpeg_crop.crop_pixels_batch(dict.fromkeys(range(8), decoded), words, False, True, out)
+            left = (2100 - width) // 2
+            plain = decoded[:, left:left + width].transpose(2, 0, 1)
+            mirrored = decoded[:, left:left + width][:, ::-1].transpose(2, 0, 1)
+            flipped = [np.array_equal(crop, mirrored) for crop in out]
+            assert all(flipped[i] or np.array_equal(crop, plain) for i, crop in enumerate(out))
+            assert any(flipped) and not all(flipped)
 
 
 def test_the_whole_image_comes_from_the_same_pass() -> None:
