@@ -57,34 +57,31 @@ VECTORIZED static void split_row(const uint8_t *src, int components, int width, 
         return;
     }
     uint8_t *r = dst, *g = dst + plane, *b = dst + 2 * plane;
-    if (flip && width <= FLIP_ROW) {
-        /* Split in order into planes on the stack, then copy each back to front: both loops
-        vectorize, where a gather of pixels back to front did not (three times the time). */
-        uint8_t planes[3][FLIP_ROW];
-        for (int x = 0; x < width; x++) {
-            const uint8_t *p = src + 3 * x;
-            planes[0][x] = p[0];
-            planes[1][x] = p[1];
-            planes[2][x] = p[2];
-        }
-        for (int x = 0; x < width; x++) {
-            r[x] = planes[0][width - 1 - x];
-            g[x] = planes[1][width - 1 - x];
-            b[x] = planes[2][width - 1 - x];
-        }
-    } else if (flip) {
+    if (flip && width > FLIP_ROW) {
         for (int x = 0; x < width; x++) {
             const uint8_t *p = src + 3 * (width - 1 - x);
             r[x] = p[0];
             g[x] = p[1];
             b[x] = p[2];
         }
-    } else {
+        return;
+    }
+    /* A mirrored row is split in order into planes on the stack, then each is copied back to
+    front: both loops vectorize, where a gather of pixels back to front did not (three times the
+    time). */
+    uint8_t planes[3][FLIP_ROW];
+    uint8_t *pr = flip ? planes[0] : r, *pg = flip ? planes[1] : g, *pb = flip ? planes[2] : b;
+    for (int x = 0; x < width; x++) {
+        const uint8_t *p = src + 3 * x;
+        pr[x] = p[0];
+        pg[x] = p[1];
+        pb[x] = p[2];
+    }
+    if (flip) {
         for (int x = 0; x < width; x++) {
-            const uint8_t *p = src + 3 * x;
-            r[x] = p[0];
-            g[x] = p[1];
-            b[x] = p[2];
+            r[x] = planes[0][width - 1 - x];
+            g[x] = planes[1][width - 1 - x];
+            b[x] = planes[2][width - 1 - x];
         }
     }
 }

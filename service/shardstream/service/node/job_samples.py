@@ -70,7 +70,7 @@ class JobSamples:
         self._lock = threading.Lock()
         self.kept_bytes = 0  # what this view stored or gave its homes
         self.hit_rate = 0.0  # of the job's recent lookups (about the last ten batches): what its writes may spend
-        self._making_s: float | None = None  # CPU a batch call takes per sample when it keeps none (`made`)
+        self._making_s: float | None = None  # seconds a batch call takes per sample when it keeps none (`made`)
 
     def _within_limit(self, size: int) -> bool:
         with self._lock:
@@ -161,8 +161,7 @@ class JobSamples:
         """`put` of each (index -> sample); a sample the cache fails to keep costs a warning, never
         the others. The time they take is spent from the write budget at once: the time passing
         on this (the decode) thread, which is what keeping costs the batch. Its CPU time alone
-        would charge an actor that shares its core less than the batch loses: on the 2-core test
-        machine, actors given 0.6 of a core each kept 9% of their CPU time where 5% was the share."""
+        would charge an actor that shares its core less than the batch loses."""
         started = time.perf_counter()
         try:
             for index, sample in samples.items():
@@ -175,8 +174,8 @@ class JobSamples:
             self._charge(time.perf_counter() - started)
 
     def made(self, seconds: float, count: int, kept: int) -> None:
-        """A batch call made `count` samples in `seconds` (time passing, as `put_many` counts), and for `kept` of
-        them also the prepared sample to keep, from the same work (a JPEG decoded whole beside its
+        """A batch call made `count` samples in `seconds` (time passing, as `put_many` counts), and for
+        `kept` of them also the prepared sample to keep, from the same work (a JPEG decoded whole beside its
         crop): more work than the samples alone, and a cost of keeping them. What a call takes per
         sample when it keeps none is learnt; a call that keeps is charged to the write budget what
         it took beyond that (all of it before any call has kept none)."""

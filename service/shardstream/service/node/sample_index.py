@@ -97,30 +97,22 @@ class SampleIndex:
         slots = np.zeros(len(rows), dtype=np.uint64)
         if not len(rows):
             return slots
-        low, high = int(rows.min()), int(rows.max())
-        if high - low <= GAP_ROWS:  # one run (a shard of up to GAP_ROWS rows always is): no sort
-            with self._lock:
-                fd = self._fd(folder, create=False)
-                if fd is None:
-                    return slots
-                data = os.pread(fd, (high - low + 1) * SLOT.size, low * SLOT.size)
-            held = np.frombuffer(data, dtype="<u8", count=len(data) // SLOT.size)
-            within = rows - low < len(held)  # a file shorter than the rows: those are not held
-            slots[within] = held[rows[within] - low]
-            return slots
-        order = np.argsort(rows, kind="stable")
-        ordered = rows[order]
-        breaks = np.flatnonzero(np.diff(ordered) > GAP_ROWS) + 1
+        if int(rows.max()) - int(rows.min()) <= GAP_ROWS:  # one run (a shard of up to GAP_ROWS rows always is)
+            runs = [np.arange(len(rows))]
+        else:
+            order = np.argsort(rows, kind="stable")
+            runs = np.split(order, np.flatnonzero(np.diff(rows[order]) > GAP_ROWS) + 1)
         with self._lock:
             fd = self._fd(folder, create=False)
             if fd is None:
                 return slots
-            for run in np.split(np.arange(len(ordered)), breaks):
-                low, high = int(ordered[run[0]]), int(ordered[run[-1]])
-                data = os.pread(fd, (high - low + 1) * SLOT.size, low * SLOT.size)
+            for run in runs:
+                wanted = rows[run]
+                low = int(wanted.min())
+                data = os.pread(fd, (int(wanted.max()) - low + 1) * SLOT.size, low * SLOT.size)
                 held = np.frombuffer(data, dtype="<u8", count=len(data) // SLOT.size)
-                within = ordered[run] - low < len(held)  # a file shorter than the rows: those are not held
-                slots[order[run[within]]] = held[ordered[run[within]] - low]
+                within = wanted - low < len(held)  # a file shorter than the rows: those are not held
+                slots[run[within]] = held[wanted[within] - low]
         return slots
 
     def set(self, folder: str, row: int, slot: int) -> None:
