@@ -3,7 +3,7 @@
 Around the native crop, Python spent per sample about a fifth of the crop's own time: a generator
 made, the header read, three draws, the call and its checks. Here one call takes the batch. Each
 sample's draws come from numpy's PCG64 seeded with the four words its SeedSequence gives
-(sample_seeds.py computes them for a batch at once) and are drawn as numpy's Generator draws them
+(shardstream_seed_words below computes them for a batch at once, as sample_seeds.py does on numpy arrays) and are drawn as numpy's Generator draws them
 (numpy/random/src/pcg64 and distributions.c): `integers(0, n)` by Lemire's method on 32-bit halves
 of the 64-bit outputs, `random()` from a whole 64-bit one. transforms/jpeg_crop.py binds it;
 tests/unit/service/node/test_native_batch.py compares its draws with numpy's own. */
@@ -85,6 +85,58 @@ void shardstream_crop_draws(const uint64_t *words, int image_height, int image_w
         out[1] = (image_width - width) / 2;
     }
     out[2] = flip ? draw_half(&g) : 0;
+}
+
+/* numpy's SeedSequence (numpy/random/bit_generator.pyx): the entropy's uint32 words hashed into a
+pool of four (mix_entropy), and generate_state(4, uint64) read from it. */
+#define SEED_INIT_A 0x43B0D7E5u
+#define SEED_MULT_A 0x931E8875u
+#define SEED_INIT_B 0x8B51F9DDu
+#define SEED_MULT_B 0x58F38DEDu
+#define SEED_MIX_L 0xCA01F9DDu
+#define SEED_MIX_R 0x4973F715u
+#define SEED_POOL 4
+
+static uint32_t seed_hashmix(uint32_t value, uint32_t *hash_const) {
+    value ^= *hash_const;
+    *hash_const *= SEED_MULT_A;
+    value *= *hash_const;
+    return value ^ (value >> 16);
+}
+
+static uint32_t seed_mix(uint32_t x, uint32_t y) {
+    uint32_t result = SEED_MIX_L * x - SEED_MIX_R * y;
+    return result ^ (result >> 16);
+}
+
+/* For each of `n` samples, the four uint64 words SeedSequence(`prefix` words + [last[i]])
+.generate_state(4, uint64) gives, into out[4 i ..]: the seed of that sample's PCG64 (sample_seeds.py
+computes the same on numpy arrays where this library is not built). */
+void shardstream_seed_words(const uint32_t *prefix, int n_prefix, const uint32_t *last, int n, uint64_t *out) {
+    int total = n_prefix + 1;
+    for (int i = 0; i < n; i++) {
+        uint32_t pool[SEED_POOL], hash_const = SEED_INIT_A;
+        for (int k = 0; k < SEED_POOL; k++)
+            pool[k] = seed_hashmix(k < n_prefix ? prefix[k] : k == n_prefix ? last[i] : 0, &hash_const);
+        for (int source = 0; source < SEED_POOL; source++)
+            for (int target = 0; target < SEED_POOL; target++)
+                if (source != target) pool[target] = seed_mix(pool[target], seed_hashmix(pool[source], &hash_const));
+        for (int source = SEED_POOL; source < total; source++) {
+            uint32_t word = source < n_prefix ? prefix[source] : last[i];
+            for (int target = 0; target < SEED_POOL; target++)
+                pool[target] = seed_mix(pool[target], seed_hashmix(word, &hash_const));
+        }
+        hash_const = SEED_INIT_B;
+        uint32_t state[2 * SEED_POOL];
+        for (int word = 0; word < 2 * SEED_POOL; word++) {
+            uint32_t value = pool[word % SEED_POOL] ^ hash_const;
+            hash_const *= SEED_MULT_B;
+            value *= hash_const;
+            state[word] = value ^ (value >> 16);
+        }
+        for (int word = 0; word < 4; word++)
+            out[4 * (size_t)i + word] = (uint64_t)state[2 * word] | ((uint64_t)state[2 * word + 1] << 32);
+    }
 }
 
 /* shardstream_jpeg_header for each of `n` JPEGs: `out` is n x 3 (width, height, kind). */

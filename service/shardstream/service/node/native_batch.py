@@ -114,16 +114,34 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
     done, kept = transform.crop_batch(pointers, sizes, take, words, frame.arrays[image], keep)
     seconds = time.perf_counter() - started
     made = np.flatnonzero(take & ~done).tolist()  # taken, not made natively: the loop's steps make them
-    rows = dict(zip(made + list(kept), reader.rows(used[made + list(kept)]), strict=True)) if made or kept else {}
-    for position, pixels in kept.items():
-        sample = rows.pop(position)
-        sample.pop(UNREADABLE_COLUMN, None)
-        sample[image] = pixels
-        kept[position] = sample
+    rows = dict(zip(made, reader.rows(used[made]), strict=True)) if made else {}
+    if kept:
+        kept.update(_prepared_rows(pieces, missing, kept, image))
     left: dict[int, dict[str, Any] | None] = {position: rows.get(position) for position in
                                               sorted([*made, *(set(cached) - set(cropped))])}
     return NativeBatch(frame, left, {position: bool(keep[position]) for position in made}, kept, int(done.sum()),
                        seconds)
+
+
+def _prepared_rows(pieces: list[Piece], missing: np.ndarray, pixels: dict[int, np.ndarray],
+                   image: str) -> dict[int, dict[str, Any]]:
+    """position -> the prepared sample of each position of `pixels`: its row as ``reader.rows`` gives
+    it, in its columns' order, with its decoded image in place of the JPEG, taken from the row
+    groups the batch already holds (the JPEG is never copied into Python bytes)."""
+    out: dict[int, dict[str, Any]] = {}
+    for piece in pieces:
+        at = missing[piece.at]
+        wanted = [(int(position), row) for position, row in zip(at.tolist(), piece.rows.tolist(), strict=True)
+                  if position in pixels]
+        if not wanted:
+            continue
+        columns = [(name, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
+                   for name, column in zip(piece.table.column_names, piece.table.columns, strict=True)
+                   if name != UNREADABLE_COLUMN]
+        for position, row in wanted:
+            out[position] = {name: pixels[position] if name == image else values[row].as_py()
+                             for name, values in columns}
+    return out
 
 
 def _cached_columns(sample: dict[str, Any], image: str, schema: pa.Schema) -> list[str] | None:

@@ -55,6 +55,9 @@ def _library() -> ctypes.CDLL | None:
     pixels = library.shardstream_crop_pixels_batch
     pixels.restype = None
     pixels.argtypes = [ctypes.c_int, *[ctypes.c_void_p] * 4, *[ctypes.c_int] * 5, ctypes.c_void_p]
+    library.shardstream_seed_words.restype = None
+    library.shardstream_seed_words.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p, ctypes.c_int,
+                                               ctypes.c_void_p]
     return library
 
 
@@ -197,6 +200,20 @@ def crop_pixels_batch(images: dict[int, np.ndarray], words: np.ndarray, random_c
                                           channels, height, width, int(random_crop), int(flip), _address(out))
 
 
+def seed_words(prefix: list[int], last: np.ndarray) -> np.ndarray | None:
+    """uint64 [n, 4]: SeedSequence(prefix + [last[k]]).generate_state(4, uint64) for each of the n
+    uint32 words of `last` (`prefix`: uint32 words), in one call; None where the library is not
+    built (sample_seeds.pcg64_words computes the same with numpy)."""
+    library = _library()
+    if library is None:
+        return None
+    words = np.ascontiguousarray(prefix, dtype=np.uint32)
+    last = np.ascontiguousarray(last, dtype=np.uint32)
+    out = np.empty((len(last), 4), np.uint64)
+    library.shardstream_seed_words(_address(words), len(words), _address(last), len(last), _address(out))
+    return out
+
+
 def _addresses(pointers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     pointers = np.ascontiguousarray(pointers, dtype=np.uint64)
     sizes = np.ascontiguousarray(sizes, dtype=np.uint64)
@@ -207,4 +224,4 @@ def _addresses(pointers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.
 
 
 __all__ = ["KINDS", "LIBRARY", "available", "crop_batch", "crop_draws", "crop_into", "crop_pixels_batch", "headers",
-           "libjpeg_version"]
+           "libjpeg_version", "seed_words"]

@@ -329,6 +329,24 @@ def test_samples_the_cache_takes_are_kept_whole_and_the_others_made_in_their_row
     assert bytes(warm.message) == expected and counters.take_delta().prepared_memory_hits == 6
 
 
+def test_a_sample_kept_by_the_one_native_call_is_prepares_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the batch's native call keeps (the row's other values taken from its row group, the
+    decoded image in the JPEG's place) is ``prepare(row)``: the same keys in the same order, the
+    same values of the same types."""
+    wholes = native_crops(monkeypatch)
+    index, job, transform, now, _, _, samples = _budget_spent(tmp_path, (5, 6))
+    now[0] += 10.0  # credit to keep them all
+    indices = np.array([8, 0, 6, 2, 10], dtype=np.int64)  # JPEGs, from both shards' row groups
+    decode_batch(job, memory_reader(index), transform, 0, indices, FrameHeader(0, 0, 0), prepared_samples=samples)
+    assert wholes == [True] * 5
+    for position, row in zip(indices.tolist(), memory_reader(index).rows(indices), strict=True):
+        kept, expected = samples.get(position), transform.prepare(row)
+        assert kept is not None and list(kept) == list(expected)
+        np.testing.assert_array_equal(kept["image"], expected["image"])
+        assert [(type(kept[key]), kept[key]) for key in ("label", "idx")] == \
+            [(type(expected[key]), expected[key]) for key in ("label", "idx")]
+
+
 def test_the_write_budget_grows_with_the_clock_and_banks_at_most_a_burst() -> None:
     now = [100.0]
     budget = WriteBudget(bank_s=10.0, clock=lambda: now[0])

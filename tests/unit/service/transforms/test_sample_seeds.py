@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from numpy.random import SeedSequence
 
 from shardstream.service.transforms.base import sample_rng
-from shardstream.service.transforms.sample_seeds import sample_rngs
+from shardstream.service.transforms.sample_seeds import _uint32_words, pcg64_words, sample_rngs
 
 
 def _draws(rng: np.random.Generator) -> tuple[list[int], float, list[float]]:
@@ -53,3 +54,22 @@ def test_what_sample_rng_refuses_is_refused_alike() -> None:
         sample_rngs(0, -1, [3])
     assert str(got.value) == str(expected.value)
     assert sample_rngs(0, 0, []) == []
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**64 - 1), epoch=st.integers(0, 2**40),
+       indices=st.lists(st.integers(0, 2**32 - 1), min_size=1, max_size=16))
+def test_the_native_hash_and_the_numpy_one_give_seed_sequences_words(seed: int, epoch: int,
+                                                                      indices: list[int]) -> None:
+    """The seed words in C (where the native library is built) and on numpy arrays (where it is
+    not) are each SeedSequence's own."""
+    from shardstream.service.transforms import jpeg_crop
+
+    prefix = [*_uint32_words(seed), *_uint32_words(epoch)]
+    column = np.asarray(indices, dtype=np.uint32)
+    reference = [SeedSequence([seed, epoch, index]).generate_state(4, np.uint64).tolist() for index in indices]
+    assert pcg64_words(prefix, column).tolist() == reference
+    native = jpeg_crop.seed_words(prefix, column)
+    if native is None:
+        pytest.skip("the native library is not built here")
+    assert native.tolist() == reference
