@@ -18,7 +18,7 @@ import numpy as np
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.node.cache_fault import CacheFault, record_fault
 from shardstream.service.node.entry_frame import sealed_length
-from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry
+from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry, folder_of
 from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
 
@@ -29,27 +29,6 @@ log = logging.getLogger(__name__)
 
 HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
 MAKING_WEIGHT = 0.1  # each call that keeps nothing moves the learnt per-sample cost this far towards its own
-
-
-def _held(cache: PreparedCache, tier: SampleTier, keys: list[SampleKey]) -> list[dict[str, Any] | None]:
-    """The sample `tier` holds for each key, verified (None: not held, or refused): one read of
-    the index per shard folder, and the entries of a folder read together."""
-    by_folder: dict[str, list[int]] = {}
-    for position, key in enumerate(keys):
-        by_folder.setdefault(key.folder, []).append(position)
-    found: list[dict[str, Any] | None] = [None] * len(keys)
-    for folder, positions in by_folder.items():
-        try:
-            slots = tier.slots(folder, np.array([keys[p].row for p in positions])).tolist()
-        except CacheFault:  # each key alone, so each counts its fault
-            for p in positions:
-                found[p] = cache.load(tier, keys[p])
-            continue
-        held = [(p, slot) for p, slot in zip(positions, slots, strict=True) if slot]
-        loaded = cache.load_many(tier, [keys[p] for p, _ in held], [slot for _, slot in held])
-        for (p, _), sample in zip(held, loaded, strict=True):
-            found[p] = sample
-    return found
 
 
 @dataclass
@@ -65,7 +44,9 @@ class JobSamples:
 
     def __post_init__(self) -> None:
         self._starts = [int(start) for start in self.index.file_starts]  # bisect: a tenth of searchsorted's cost
+        self._start_array = np.asarray(self._starts, dtype=np.int64)  # a batch's shards, by one searchsorted
         self._shards = [s.identity for s in self.index.shards]
+        self._folders = [folder_of(self.identity, shard) for shard in self._shards]
         self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
         self._lock = threading.Lock()
         self.kept_bytes = 0  # what this view stored or gave its homes
@@ -81,7 +62,10 @@ class JobSamples:
 
     def _key(self, index: int) -> SampleKey:
         shard = bisect.bisect_right(self._starts, index) - 1
-        return SampleKey(self.identity, self._shards[shard], int(index - self._starts[shard]))
+        return self._key_in(shard, int(index - self._starts[shard]))
+
+    def _key_in(self, shard: int, row: int) -> SampleKey:
+        return SampleKey(self.identity, self._shards[shard], row)
 
     def _peers(self) -> PreparedPeers | None:
         peers = self.cache.peers
@@ -92,28 +76,30 @@ class JobSamples:
 
     def get_many(self, indices: Sequence[int]) -> dict[int, dict[str, Any]]:
         """position -> sample, for the samples found: in this node's tiers, else at their home node
-        (all homes asked at once)."""
+        (all homes asked at once). Keys are made only for the samples a tier holds (or a home is
+        asked for): a first epoch's batch, which finds none, makes none."""
         found: dict[int, dict[str, Any]] = {}
         counts: collections.Counter[str] = collections.Counter()
+        column = np.asarray(indices, dtype=np.int64)
+        shards = np.searchsorted(self._start_array, column, side="right") - 1
+        rows = column - self._start_array[shards]
+        left = np.arange(len(column))  # positions no tier has given yet
+        for tier in self.cache.tiers:
+            if not len(left):
+                break
+            held = self._held(tier, left, shards, rows)
+            found.update(held)
+            counts[f"prepared_{tier.name}_hits"] += len(held)
+            if held:
+                left = np.array([position for position in left.tolist() if position not in held], dtype=np.int64)
         peers = self._peers()
         lacking: dict[str, list[tuple[int, SampleKey]]] = {}  # home node -> (position, key)
-        keys = [self._key(int(index)) for index in indices]
-        left = list(range(len(keys)))  # positions no tier has given yet
-        for tier in self.cache.tiers:
-            held = _held(self.cache, tier, [keys[position] for position in left])
-            still = []
-            for position, sample in zip(left, held, strict=True):
-                if sample is not None:
-                    found[position] = sample
-                    counts[f"prepared_{tier.name}_hits"] += 1
-                else:
-                    still.append(position)
-            left = still
-        for position in left:
-            key = keys[position]
-            home = peers.home(key.folder, key.row) if peers is not None else None
-            if peers is not None and home is not None and home != peers.node_id:
-                lacking.setdefault(home, []).append((position, key))
+        if peers is not None:
+            for position in left.tolist():
+                key = self._key_in(int(shards[position]), int(rows[position]))
+                home = peers.home(key.folder, key.row)
+                if home is not None and home != peers.node_id:
+                    lacking.setdefault(home, []).append((position, key))
         if peers is not None and lacking:
             files = peers.fetch({home: [(key.folder, key.row) for _, key in wanted]
                                  for home, wanted in lacking.items()})
@@ -125,9 +111,38 @@ class JobSamples:
                         counts["prepared_peer_hits"] += 1
         counts["prepared_misses"] += len(indices) - len(found)
         self.cache.counters.count(**counts)
-        if indices:
+        if len(indices):
             self.hit_rate += HIT_RATE_WEIGHT * (len(found) / len(indices) - self.hit_rate)
         return found
+
+    def _held(self, tier: SampleTier, positions: np.ndarray, shards: np.ndarray,
+              rows: np.ndarray) -> dict[int, dict[str, Any]]:
+        """position -> the sample `tier` holds for it, verified (not held, or refused: absent), of the
+        batch's `positions` (whose shard and row are `shards[position]`, `rows[position]`): one read
+        of the index per shard folder, and the entries of a folder read together."""
+        out: dict[int, dict[str, Any]] = {}
+        of_shard = shards[positions]
+        for shard in np.unique(of_shard).tolist():
+            at = positions[of_shard == shard]
+            wanted = rows[at]
+            try:
+                slots = tier.slots(self._folders[shard], wanted).tolist()
+            except CacheFault:  # each key alone, so each counts its fault
+                for position, row in zip(at.tolist(), wanted.tolist(), strict=True):
+                    sample = self.cache.load(tier, self._key_in(shard, row))
+                    if sample is not None:
+                        out[position] = sample
+                continue
+            held = [(position, row, slot) for position, row, slot in zip(at.tolist(), wanted.tolist(), slots,
+                                                                         strict=True) if slot]
+            if not held:
+                continue
+            loaded = self.cache.load_many(tier, [self._key_in(shard, row) for _, row, _ in held],
+                                          [slot for _, _, slot in held])
+            for (position, _, _), sample in zip(held, loaded, strict=True):
+                if sample is not None:
+                    out[position] = sample
+        return out
 
     def _from_home(self, home: str, key: SampleKey, data: bytes | None) -> dict[str, Any] | None:
         """The sample a home node sent, verified to be `key`'s; None when it sent none or the

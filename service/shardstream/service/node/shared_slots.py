@@ -30,6 +30,8 @@ from shardstream.proto.writable_bytes import writable_bytes
 
 log = logging.getLogger(__name__)
 
+_POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
+
 
 
 class _Slot:
@@ -45,7 +47,10 @@ class _Slot:
         if self.mapping is None or len(self.mapping) < size:
             if os.fstat(self.fd).st_size < size:
                 os.posix_fallocate(self.fd, 0, size)
-            self.mapping = mmap.mmap(self.fd, size)  # a batch still viewing the old mapping keeps it
+            # Mapped with its pages at once: writing a batch into a new mapping otherwise costs a page
+            # fault per 4 KiB the first time (2,350 of them for a 9.6 MB batch).
+            self.mapping = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | _POPULATE)  # a batch still
+            # viewing the old mapping keeps it
         return np.frombuffer(self.mapping, dtype=np.uint8, count=size)
 
 
