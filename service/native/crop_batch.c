@@ -3,9 +3,10 @@
 Around the native crop, Python spent per sample about a fifth of the crop's own time: a generator
 made, the header read, three draws, the call and its checks. Here one call takes the batch. Each
 sample's draws come from numpy's PCG64 seeded with the four words its SeedSequence gives
-(shardstream_seed_words below computes them for a batch at once, as sample_seeds.py does on numpy arrays) and are drawn as numpy's Generator draws them
-(numpy/random/src/pcg64 and distributions.c): `integers(0, n)` by Lemire's method on 32-bit halves
-of the 64-bit outputs, `random()` from a whole 64-bit one. transforms/jpeg_crop.py binds it;
+(shardstream_seed_words below computes them for a batch at once, as sample_seeds.py does on numpy
+arrays) and are drawn as numpy's Generator draws them (numpy/random/src/pcg64 and distributions.c):
+`integers(0, n)` by Lemire's method on 32-bit halves of the 64-bit outputs, `random()` from a whole
+64-bit one. transforms/jpeg_crop.py binds it;
 tests/unit/service/node/test_native_batch.py compares its draws with numpy's own. */
 #include <stddef.h>
 #include <stdint.h>

@@ -31,7 +31,7 @@ import pyarrow as pa
 
 from shardstream.proto.wire import Allocate, BatchFrame, FrameHeader, TensorSpec
 from shardstream.service.dataset import UNREADABLE_COLUMN
-from shardstream.service.node.reader import ShardReader
+from shardstream.service.node.reader import ShardReader, python_rows
 from shardstream.service.node.row_group_views import VIEWS, NativeView, number_dtype, plain
 from shardstream.service.transforms.pieces import Piece
 from shardstream.service.transforms.sample_seeds import seed_words
@@ -126,21 +126,16 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
 def _prepared_rows(pieces: list[Piece], missing: np.ndarray, pixels: dict[int, np.ndarray],
                    image: str) -> dict[int, dict[str, Any]]:
     """position -> the prepared sample of each position of `pixels`: its row as ``reader.rows`` gives
-    it, in its columns' order, with its decoded image in place of the JPEG, taken from the row
-    groups the batch already holds (the JPEG is never copied into Python bytes)."""
+    it, with its decoded image in place of the JPEG, taken from the row groups the batch already
+    holds (the JPEG is never copied into Python bytes)."""
     out: dict[int, dict[str, Any]] = {}
     for piece in pieces:
-        at = missing[piece.at]
-        wanted = [(int(position), row) for position, row in zip(at.tolist(), piece.rows.tolist(), strict=True)
-                  if position in pixels]
-        if not wanted:
-            continue
-        columns = [(name, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
-                   for name, column in zip(piece.table.column_names, piece.table.columns, strict=True)
-                   if name != UNREADABLE_COLUMN]
-        for position, row in wanted:
-            out[position] = {name: pixels[position] if name == image else values[row].as_py()
-                             for name, values in columns}
+        at = missing[piece.at].tolist()
+        chosen = [k for k, position in enumerate(at) if position in pixels]
+        for k, sample in zip(chosen, python_rows(piece, chosen, without=image), strict=True):
+            sample.pop(UNREADABLE_COLUMN, None)
+            sample[image] = pixels[at[k]]
+            out[at[k]] = sample
     return out
 
 

@@ -89,6 +89,17 @@ class RowGroupSource:
         return table
 
 
+def python_rows(piece: Piece, chosen: list[int] | None = None, without: str = "") -> list[dict[str, Any]]:
+    """The piece's rows (those at `chosen`, places in the piece, when given) as ``to_pylist`` gives
+    them, in the table's column order; column `without` holds None, its values never copied into
+    Python (a caller that puts another value there)."""
+    columns = [(name, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
+               for name, column in zip(piece.table.column_names, piece.table.columns, strict=True)]
+    rows = piece.rows.tolist()
+    return [{name: None if name == without else values[rows[k]].as_py() for name, values in columns}
+            for k in (range(len(rows)) if chosen is None else chosen)]
+
+
 class ShardReader:
     """Rows of one dataset by global index, in the order asked for."""
 
@@ -128,10 +139,8 @@ class ShardReader:
         value is taken from its row group as Python (``as_py``, what ``to_pylist`` gives)."""
         out: list[dict[str, Any]] = [{}] * len(indices)
         for piece in self.pieces(indices):
-            columns = [(name, column.chunk(0) if column.num_chunks == 1 else column.combine_chunks())
-                       for name, column in zip(piece.table.column_names, piece.table.columns, strict=True)]
-            for at, row in zip(piece.at.tolist(), piece.rows.tolist(), strict=True):
-                out[at] = {name: values[row].as_py() for name, values in columns}
+            for at, row in zip(piece.at.tolist(), python_rows(piece), strict=True):
+                out[at] = row
         return out
 
     def _row_groups(self, wanted: list[tuple[int, int]]) -> list[pa.Table]:
@@ -149,4 +158,4 @@ class ShardReader:
         return tables  # type: ignore[return-value]
 
 
-__all__ = ["RowGroupCache", "RowGroupSource", "ShardReader"]
+__all__ = ["RowGroupCache", "RowGroupSource", "ShardReader", "python_rows"]

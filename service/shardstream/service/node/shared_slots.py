@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 _POPULATE = getattr(mmap, "MAP_POPULATE", 0)  # Linux
 
 
-
 class _Slot:
     def __init__(self, fd: int) -> None:
         self.fd = fd
@@ -48,9 +47,9 @@ class _Slot:
             if os.fstat(self.fd).st_size < size:
                 os.posix_fallocate(self.fd, 0, size)
             # Mapped with its pages at once: writing a batch into a new mapping otherwise costs a page
-            # fault per 4 KiB the first time (2,350 of them for a 9.6 MB batch).
-            self.mapping = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | _POPULATE)  # a batch still
-            # viewing the old mapping keeps it
+            # fault per 4 KiB the first time (2,350 of them for a 9.6 MB batch). A batch still viewing
+            # the old mapping keeps it.
+            self.mapping = mmap.mmap(self.fd, size, flags=mmap.MAP_SHARED | _POPULATE)
         return np.frombuffer(self.mapping, dtype=np.uint8, count=size)
 
 
