@@ -6,7 +6,8 @@ without a thread each; the decoding itself runs one batch at a time on a
 single worker thread, because an actor is one CPU, shared between jobs by
 their weights (fair_queue.py). The actor computes the
 epoch's plan itself, so a request names (epoch, rank, step) and no sample
-index crosses the wire.
+index crosses the wire. Each stream, once admitted here, is served by
+batch_stream.py.
 
 With a tokens file (identities.py) a stream must carry a known token
 (UNAUTHENTICATED otherwise), and gets only the batches of jobs its identity
@@ -23,7 +24,7 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import grpc
@@ -32,32 +33,20 @@ from shardstream.proto import BATCH_SERVICE_NAME, PROTOCOL_VERSION
 from shardstream.proto.errors import (
     ERROR_METADATA_KEY,
     DeadlineExceeded,
-    DecoderDraining,
     PermissionDenied,
     ProtocolMismatch,
-    ServiceUnavailable,
     ShardstreamError,
     StreamProtocolError,
 )
 from shardstream.proto.v1 import loader_pb2 as pb
-from shardstream.proto.wire import (
-    Allocate,
-    BulkOffer,
-    SharedRef,
-    encode_batch,
-    encode_bulk,
-    encode_bulk_offer,
-    encode_needs_room,
-    encode_shared,
-)
-from shardstream.proto.writable_bytes import writable_bytes
+from shardstream.proto.wire import Allocate
 from shardstream.service.config import ServeSettings
 from shardstream.service.identities import Identity, Refusals, authenticate
 from shardstream.service.limits import RequestLimits, check_at_most
+from shardstream.service.node.batch_stream import Queued, serve_stream, wake
 from shardstream.service.node.batching import DecodedBatch
-from shardstream.service.node.bulk_listener import BulkConnection, BulkListener
+from shardstream.service.node.bulk_listener import BulkListener
 from shardstream.service.node.fair_queue import FairQueue
-from shardstream.service.node.shared_slots import StreamSlots
 from shardstream.service.node.step_source import Served, StepSource
 from shardstream.service.node_messages import JobServed
 from shardstream.service.server_options import SERVER_OPTIONS
@@ -65,22 +54,11 @@ from shardstream.service.tls import TlsFiles, credentials_from
 
 log = logging.getLogger(__name__)
 
-# A want read from a stream, where its batch goes, and its decoding (queued at once).
-_Wanted = tuple[pb.Want, Allocate, "asyncio.Task[DecodedBatch]"]
-
-
-class _Wake:
-    """Put in a stream's queue of wants to make its serving loop look at the drain flag."""
-
-
-_WAKE = _Wake()
-_Queued = _Wanted | BaseException | _Wake | None
-# Wants of one stream queued for decoding at once; beyond it the stream reads no more until one
-# is sent. The rank's window bounds them first (a few batches).
-PIPELINED_WANTS = 8
-
 
 class BatchServer:
+    """The actor's batch port: streams admitted here are served by batch_stream.py, their steps
+    decoded on the actor's one decoding thread, what they sent counted for the actor's report."""
+
     def __init__(self, steps: StepSource, host: str, settings: ServeSettings | None = None,
                  tls: TlsFiles | None = None) -> None:
         settings = settings or ServeSettings()
@@ -101,9 +79,9 @@ class BatchServer:
         # TLS (and client certificates) as on the service's port, on both ports
         self._credentials = credentials_from(tls) if tls is not None else None
         self._tls = tls
-        self._bulk: BulkListener | None = None  # the bulk port (bulk_listener.py)
-        self._draining = False  # the pool is giving this actor back (drain)
-        self._queues: set[asyncio.Queue[_Queued]] = set()  # each open stream's wants (the loop's thread only)
+        self.bulk: BulkListener | None = None  # the bulk port (bulk_listener.py)
+        self.draining = False  # the pool is giving this actor back (drain)
+        self.streams: set[asyncio.Queue[Queued]] = set()  # each open stream's wants (the loop's thread only)
         self._thread = threading.Thread(target=self._run, args=(host, ports, max_message_bytes, started),
                                         name="shardstream-batch-server", daemon=True)
         self._thread.start()
@@ -126,7 +104,8 @@ class BatchServer:
         served.queued, served.refusals = self.queued, self.refusals.take()
         return served
 
-    def _sent(self, opened: pb.FetchOpen, step: int, decoded: DecodedBatch, nbytes: int) -> None:
+    def record_sent(self, opened: pb.FetchOpen, step: int, decoded: DecodedBatch, nbytes: int) -> None:
+        """A batch went out on a stream (the actor's report: batches, samples, bytes, positions)."""
         with self._served_lock:
             job = self._served.jobs.setdefault(opened.job_id, JobServed())
             job.batches += 1
@@ -165,8 +144,8 @@ class BatchServer:
             await server.start()
             self._server = server
             try:
-                self._bulk = BulkListener(host, [p for p in ports if p != self.port] or [0], self._tls)
-                self._bulk.start()
+                self.bulk = BulkListener(host, [p for p in ports if p != self.port] or [0], self._tls)
+                self.bulk.start()
             except OSError as exc:  # ranks elsewhere then get their batches on the stream
                 log.warning("no bulk port for this decoder: none of %s is free (%s): more decode actors on "
                             "this node than data_ports allow (each takes two)", _describe_ports(host, ports), exc)
@@ -183,14 +162,13 @@ class BatchServer:
         self._loop.call_soon_threadsafe(self._start_draining)
 
     def _start_draining(self) -> None:
-        self._draining = True
-        for queue in self._queues:  # an idle stream's loop is waiting for a want: wake it
-            if not queue.full():
-                queue.put_nowait(_WAKE)
+        self.draining = True
+        for queue in self.streams:  # an idle stream's loop is waiting for a want: wake it
+            wake(queue)
 
     def stop(self, grace: float = 1.0) -> None:
-        if self._bulk is not None:
-            self._loop.call_soon_threadsafe(self._bulk.close)
+        if self.bulk is not None:
+            self._loop.call_soon_threadsafe(self.bulk.close)
         if self._server is not None:
             asyncio.run_coroutine_threadsafe(self._server.stop(grace), self._loop).result(grace + 5)
         self._loop.call_soon_threadsafe(self._loop.stop)
@@ -207,13 +185,12 @@ class BatchServer:
             if opened.protocol_version != PROTOCOL_VERSION:
                 raise ProtocolMismatch(f"client speaks protocol version {opened.protocol_version}, this "
                                        f"decoder speaks {PROTOCOL_VERSION}: install matching shardstream versions")
-            self._check_owner(identity, opened.job_id, context.peer())
+            self.check_owner(identity, opened.job_id, context.peer())
             check_at_most("epoch", opened.epoch, RequestLimits(epoch=self._max_epoch), "epoch")
-            loop = asyncio.get_running_loop()
             stream = (opened.job_id, opened.rank)
             self._open[stream] += 1
             try:
-                async for message in self._serve(requests, opened, loop, identity, context.peer()):
+                async for message in serve_stream(self, requests, opened, identity, context.peer()):
                     yield message
             finally:
                 self._open[stream] -= 1
@@ -238,7 +215,7 @@ class BatchServer:
             return None
         return authenticate(table, context.invocation_metadata(), "FetchBatches", self.refusals, context.peer())
 
-    def _check_owner(self, identity: Identity | None, job_id: str, peer: str) -> None:
+    def check_owner(self, identity: Identity | None, job_id: str, peer: str) -> None:
         """PermissionDenied unless the job was opened by the stream's identity (a job this actor does
         not hold passes here: decoding it says JobNotFound)."""
         if identity is None:
@@ -249,109 +226,9 @@ class BatchServer:
                 PermissionDenied, identity.name, "job", f"identity {identity.name!r} may not fetch batches of job "
                 f"{job_id!r}: another identity opened it", peer)
 
-    async def _serve(self, requests: AsyncIterator[Any], opened: pb.FetchOpen, loop: asyncio.AbstractEventLoop,
-                     identity: Identity | None = None, peer: str = "") -> AsyncIterator[bytes]:
-        """The batches of one opened stream, one per want, in the order asked."""
-        slots = StreamSlots()  # the rank's shared-memory slots, when it offers them (shared_slots.py)
-        token = b""  # the stream's bulk socket, when the rank takes one (bulk_listener.py)
-        connection: BulkConnection | None = None
-        sending: asyncio.Task[None] | None = None  # the last frame going out on it
-        # The wants read so far, each already queued for decoding (in its job's turn), in order.
-        wants: asyncio.Queue[_Queued] = asyncio.Queue(PIPELINED_WANTS)
-        reading: asyncio.Task[None] | None = None
-        try:
-            if opened.bulk:  # answered either way: the rank holds its wants until it knows
-                offer = self._bulk.offer() if self._bulk is not None else BulkOffer(0, b"")
-                token = offer.token
-                yield encode_bulk_offer(offer)
-            reading = loop.create_task(self._read_wants(requests, opened, slots, wants, loop, identity, peer))
-            self._queues.add(wants)
-            while True:
-                if self._draining and wants.empty():  # every want it accepted is sent
-                    await _sent(sending)
-                    raise DecoderDraining(f"decoder {self.address} is being given back (the service's scaling "
-                                          "policy drains it): it sent every batch it had accepted")
-                item = await wants.get()
-                if item is None:
-                    break
-                if isinstance(item, _Wake):
-                    continue
-                if isinstance(item, BaseException):
-                    raise item
-                want, allocate, decoding = item
-                decoded = await decoding
-                message = decoded.message  # framed where it was decoded: no copy here
-                if message is None:
-                    message = encode_batch(opened.epoch, opened.rank, want.step, decoded.arrays, decoded.indices,
-                                           decoded.replaced, allocate)
-                size = message.size if isinstance(message, SharedRef) else len(message)
-                if want.max_bytes and size > want.max_bytes:  # the rank wants it again when it has room
-                    del decoded, message
-                    yield encode_needs_room(opened.epoch, opened.rank, want.step, size)
-                    continue
-                if isinstance(message, SharedRef):
-                    message = encode_shared(opened.epoch, opened.rank, want.step, message)
-                elif want.bulk:
-                    if not token or self._bulk is None:
-                        raise StreamProtocolError("a want asked for its batch on a bulk socket this stream did "
-                                                  "not offer (open the stream with bulk first)")
-                    connection = connection or await self._bulk.attached(token)
-                    await _sent(sending)  # frames go out whole, one after another, in the order wanted
-                    sending = loop.create_task(_send(connection, message))
-                    message = encode_bulk(opened.epoch, opened.rank, want.step, size)
-                self._sent(opened, want.step, decoded, size)
-                del decoded
-                yield message
-            await _sent(sending)  # the last frame, before the socket closes
-        finally:
-            self._queues.discard(wants)
-            if reading is not None:
-                reading.cancel()
-            _cancel_waiting(wants)
-            if sending is not None and not sending.done():
-                sending.cancel()
-            elif sending is not None and not sending.cancelled():
-                sending.exception()  # retrieved: the stream's end already says what went wrong
-            if token and self._bulk is not None:
-                self._bulk.withdraw(token)
-            try:  # after any decode still running for this stream: its fds must not be reused under it
-                self._decoder.submit(opened.job_id, self._steps.job_weight(opened.job_id), slots.close)
-            except RuntimeError:  # the server is stopping, and the process with it
-                pass
-
-    async def _read_wants(self, requests: AsyncIterator[Any], opened: pb.FetchOpen, slots: StreamSlots,
-                          wants: asyncio.Queue[_Queued],
-                          loop: asyncio.AbstractEventLoop, identity: Identity | None = None, peer: str = "") -> None:
-        """Read the stream's wants as they come and queue each one's decoding at once, so a rank's
-        wants wait in its job's queue (fair_queue.py) while earlier batches are being sent; None
-        at the end, or what went wrong, in order. Each want is checked against the job's owner: the
-        job may have reached this actor after the stream opened."""
-        try:
-            async for control in requests:
-                if not isinstance(control, pb.FetchControl) or control.WhichOneof("kind") != "want":
-                    raise StreamProtocolError("a FetchBatches stream takes one 'open' message, then wants")
-                want = control.want
-                if self._draining:  # not accepted: the rank asks another decoder for it
-                    await wants.put(_WAKE)
-                    continue
-                self._check_owner(identity, opened.job_id, peer)
-                if want.max_bytes < 0:
-                    raise StreamProtocolError(f"a want's max_bytes must be >= 0 (0: no limit), got {want.max_bytes}")
-                if want.HasField("data_stall"):  # the rank's, for the service's status and metrics
-                    with self._served_lock:
-                        job = self._served.jobs.setdefault(opened.job_id, JobServed())
-                        job.stalls[opened.rank] = (want.data_stall, time.time())
-                allocate = slots.allocator(want.slot) if want.slot else writable_bytes
-                decoding = loop.create_task(self._decode(opened, want.step, allocate, loop))
-                await wants.put((want, allocate, decoding))
-            await wants.put(None)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # raised by the serving loop, after the batches wanted before it
-            await wants.put(exc)
-
-    async def _decode(self, opened: pb.FetchOpen, step: int, allocate: Allocate,
-                      loop: asyncio.AbstractEventLoop) -> DecodedBatch:
+    async def decode(self, opened: pb.FetchOpen, step: int, allocate: Allocate) -> DecodedBatch:
+        """Step `step` of the stream `opened`, decoded in its job's turn into what `allocate` gives."""
+        loop = asyncio.get_running_loop()
         self.queued += 1
         try:
             decoding = self._decoder.submit(opened.job_id, self._steps.job_weight(opened.job_id), functools.partial(
@@ -364,30 +241,15 @@ class BatchServer:
         finally:
             self.queued -= 1
 
+    def record_stall(self, opened: pb.FetchOpen, stall: float) -> None:
+        """The rank's data stall, as its want reported it (the service's status and metrics)."""
+        with self._served_lock:
+            job = self._served.jobs.setdefault(opened.job_id, JobServed())
+            job.stalls[opened.rank] = (stall, time.time())
 
-def _cancel_waiting(wants: asyncio.Queue[_Queued]) -> None:
-    """The stream ended: its wants' decoding that has not started will not."""
-    while not wants.empty():
-        item = wants.get_nowait()
-        if isinstance(item, tuple):
-            decoding = item[2]
-            if not decoding.done():
-                decoding.cancel()
-            elif not decoding.cancelled():
-                decoding.exception()  # retrieved: the stream's end already says what went wrong
-
-
-async def _send(connection: BulkConnection, frame: bytes) -> None:
-    try:
-        await connection.send(frame)
-    except OSError as exc:
-        raise ServiceUnavailable(f"the rank's bulk socket failed while sending a batch: {exc}") from None
-
-
-async def _sent(sending: asyncio.Task[None] | None) -> None:
-    """Wait for a frame to be sent (raising what sending it raised)."""
-    if sending is not None:
-        await sending
+    def after_decoding(self, job_id: str, fn: Callable[[], Any]) -> None:
+        """Run `fn` on the decoding thread in the job's turn: after any decode queued before it."""
+        self._decoder.submit(job_id, self._steps.job_weight(job_id), fn)
 
 
 def _describe_ports(host: str, ports: Sequence[int]) -> str:
