@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import itertools
 import logging
 import threading
 import time
@@ -29,6 +30,14 @@ log = logging.getLogger(__name__)
 
 HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
 MAKING_WEIGHT = 0.1  # each call that keeps nothing moves the learnt per-sample cost this far towards its own
+
+
+def _by_shard(shards: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(shard, the positions of `shards` holding it, ascending) for each shard, ascending."""
+    order = np.argsort(shards, kind="stable")
+    ordered = shards[order]
+    bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(order)]
+    return [(int(ordered[start]), order[start:end]) for start, end in itertools.pairwise(bounds) if end > start]
 
 
 @dataclass
@@ -77,29 +86,34 @@ class JobSamples:
     def get_many(self, indices: Sequence[int]) -> dict[int, dict[str, Any]]:
         """position -> sample, for the samples found: in this node's tiers, else at their home node
         (all homes asked at once). Keys are made only for the samples a tier holds (or a home is
-        asked for): a first epoch's batch, which finds none, makes none."""
+        asked for): a first epoch's batch, which finds none, makes none. A lookup that finds
+        nothing is what the cache costs a job it does not serve yet: its time is spent from the
+        write budget as keeping is (write_budget.py)."""
+        started = time.perf_counter()
         found: dict[int, dict[str, Any]] = {}
         counts: collections.Counter[str] = collections.Counter()
         column = np.asarray(indices, dtype=np.int64)
         shards = np.searchsorted(self._start_array, column, side="right") - 1
         rows = column - self._start_array[shards]
-        left = np.arange(len(column))  # positions no tier has given yet
+        groups = _by_shard(shards)  # (shard, its positions) of the positions no tier has given yet
         for tier in self.cache.tiers:
-            if not len(left):
+            if not groups:
                 break
-            held = self._held(tier, left, shards, rows)
+            held = self._held(tier, groups, rows)
             found.update(held)
             counts[f"prepared_{tier.name}_hits"] += len(held)
             if held:
-                left = np.array([position for position in left.tolist() if position not in held], dtype=np.int64)
+                groups = [(shard, kept) for shard, at in groups
+                          if len(kept := np.array([p for p in at.tolist() if p not in held], dtype=np.int64))]
         peers = self._peers()
         lacking: dict[str, list[tuple[int, SampleKey]]] = {}  # home node -> (position, key)
         if peers is not None:
-            for position in left.tolist():
-                key = self._key_in(int(shards[position]), int(rows[position]))
-                home = peers.home(key.folder, key.row)
-                if home is not None and home != peers.node_id:
-                    lacking.setdefault(home, []).append((position, key))
+            for shard, at in groups:
+                for position in at.tolist():
+                    key = self._key_in(shard, int(rows[position]))
+                    home = peers.home(key.folder, key.row)
+                    if home is not None and home != peers.node_id:
+                        lacking.setdefault(home, []).append((position, key))
         if peers is not None and lacking:
             files = peers.fetch({home: [(key.folder, key.row) for _, key in wanted]
                                  for home, wanted in lacking.items()})
@@ -113,33 +127,32 @@ class JobSamples:
         self.cache.counters.count(**counts)
         if len(indices):
             self.hit_rate += HIT_RATE_WEIGHT * (len(found) / len(indices) - self.hit_rate)
+            if not found:
+                self.cache.budget.spent(time.perf_counter() - started, self.hit_rate)
         return found
 
-    def _held(self, tier: SampleTier, positions: np.ndarray, shards: np.ndarray,
+    def _held(self, tier: SampleTier, groups: list[tuple[int, np.ndarray]],
               rows: np.ndarray) -> dict[int, dict[str, Any]]:
         """position -> the sample `tier` holds for it, verified (not held, or refused: absent), of the
-        batch's `positions` (whose shard and row are `shards[position]`, `rows[position]`): one read
-        of the index per shard folder, and the entries of a folder read together."""
+        batch's positions by shard (`groups`; a position's row is `rows[position]`): the index of
+        every shard folder read at once, and the entries of a folder read together."""
         out: dict[int, dict[str, Any]] = {}
-        of_shard = shards[positions]
-        for shard in np.unique(of_shard).tolist():
-            at = positions[of_shard == shard]
-            wanted = rows[at]
-            try:
-                slots = tier.slots(self._folders[shard], wanted).tolist()
-            except CacheFault:  # each key alone, so each counts its fault
-                for position, row in zip(at.tolist(), wanted.tolist(), strict=True):
+        wanted = [rows[at] for _, at in groups]
+        found = tier.slots_of_shards([(self._folders[shard], shard_rows)
+                                      for (shard, _), shard_rows in zip(groups, wanted, strict=True)])
+        for (shard, at), shard_rows, slots in zip(groups, wanted, found, strict=True):
+            if isinstance(slots, CacheFault):  # each key alone, so each counts its fault
+                for position, row in zip(at.tolist(), shard_rows.tolist(), strict=True):
                     sample = self.cache.load(tier, self._key_in(shard, row))
                     if sample is not None:
                         out[position] = sample
                 continue
-            held = [(position, row, slot) for position, row, slot in zip(at.tolist(), wanted.tolist(), slots,
-                                                                         strict=True) if slot]
-            if not held:
+            hits = np.flatnonzero(slots)
+            if not len(hits):
                 continue
-            loaded = self.cache.load_many(tier, [self._key_in(shard, row) for _, row, _ in held],
-                                          [slot for _, _, slot in held])
-            for (position, _, _), sample in zip(held, loaded, strict=True):
+            held_rows, held_slots = shard_rows[hits].tolist(), slots[hits].tolist()
+            loaded = self.cache.load_many(tier, [self._key_in(shard, row) for row in held_rows], held_slots)
+            for position, sample in zip(at[hits].tolist(), loaded, strict=True):
                 if sample is not None:
                     out[position] = sample
         return out

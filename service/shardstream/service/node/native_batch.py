@@ -50,7 +50,7 @@ class NativeBatch:
     keeps: dict[int, bool]  # position -> whether the sample is kept, decided already (keeps_now)
     kept: dict[int, dict[str, Any]]  # position -> its prepared sample, to keep
     made: int = 0  # samples the first native call made
-    seconds: float = 0.0  # the time it took (the part that made `kept` is a cost of keeping: JobSamples.made)
+    seconds: float = 0.0  # the native call's and the kept rows' time (making `kept` costs keeping: JobSamples.made)
 
     def fill(self, position: int, sample: dict[str, Any]) -> bool:
         """A sample made as the loop makes it, written into its rows: False where it does not fit them."""
@@ -112,11 +112,11 @@ def native_batch(transform: Any, image: str, seed: int, epoch: int, reader: Shar
         keep[missing] = keeps_now(len(missing))  # writes come after the call: one answer for all
     started = time.perf_counter()
     done, kept = transform.crop_batch(pointers, sizes, take, words, frame.arrays[image], keep)
+    if kept:  # part of what keeping them costs (`seconds`)
+        kept.update(_prepared_rows(pieces, missing, kept, image))
     seconds = time.perf_counter() - started
     made = np.flatnonzero(take & ~done).tolist()  # taken, not made natively: the loop's steps make them
     rows = dict(zip(made, reader.rows(used[made]), strict=True)) if made else {}
-    if kept:
-        kept.update(_prepared_rows(pieces, missing, kept, image))
     left: dict[int, dict[str, Any] | None] = {position: rows.get(position) for position in
                                               sorted([*made, *(set(cached) - set(cropped))])}
     return NativeBatch(frame, left, {position: bool(keep[position]) for position in made}, kept, int(done.sum()),

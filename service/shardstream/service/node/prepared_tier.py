@@ -134,6 +134,12 @@ class SampleTier:
         except OSError as exc:
             raise CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}") from exc
 
+    def slots_of_shards(self, wanted: list[tuple[str, np.ndarray]]) -> list[np.ndarray | CacheFault]:
+        """`slots` of each (folder, rows) at once: a batch's rows of all its shards (the CacheFault
+        of a folder whose index cannot be read in its place)."""
+        return [CacheFault("io_error", f"the index: {type(found).__name__}: {found.strerror or found}")
+                if isinstance(found, OSError) else found for found in self.index.get_shards(wanted)]
+
     def load_slot(self, folder: str, row: int, slot: int) -> tuple[np.ndarray, int] | None:
         """`load_file` of a row whose slot was looked up already (0: None)."""
         if not slot:

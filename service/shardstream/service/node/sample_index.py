@@ -94,25 +94,45 @@ class SampleIndex:
         apart (a shuffled batch's rows of a shard of 100,000 rows are one run, 800 KB), so a read
         covers either rows asked for or few enough slots between them to cost less than a call
         each. OSError as `get`."""
-        slots = np.zeros(len(rows), dtype=np.uint64)
-        if not len(rows):
-            return slots
-        if int(rows.max()) - int(rows.min()) <= GAP_ROWS:  # one run (a shard of up to GAP_ROWS rows always is)
-            runs = [np.arange(len(rows))]
+        found = self.get_shards([(folder, rows)])[0]
+        if isinstance(found, OSError):
+            raise found
+        return found
+
+    def get_shards(self, wanted: list[tuple[str, np.ndarray]]) -> list[np.ndarray | OSError]:
+        """`get_many` of each (folder, rows), under one hold of the lock: a batch's rows of all its
+        shards (the error reading one folder's index in its place)."""
+        out: list[np.ndarray | OSError] = []
+        with self._lock:
+            for folder, rows in wanted:
+                try:
+                    out.append(self._slots(folder, rows))
+                except OSError as exc:
+                    out.append(exc)
+        return out
+
+    def _slots(self, folder: str, rows: np.ndarray) -> np.ndarray:
+        """`get_many` (the caller holds the lock)."""
+        fd = self._fd(folder, create=False) if len(rows) else None
+        if fd is None:
+            return np.zeros(len(rows), dtype=np.uint64)
+        low, high = int(rows.min()), int(rows.max())
+        if high - low <= GAP_ROWS:  # one run (a shard of up to GAP_ROWS rows always is)
+            data = os.pread(fd, (high - low + 1) * SLOT.size, low * SLOT.size)
+            if len(data) == (high - low + 1) * SLOT.size:  # the file holds every row asked for
+                return np.frombuffer(data, dtype="<u8")[rows - low]
+            runs = [(np.arange(len(rows)), low, high)]
         else:
             order = np.argsort(rows, kind="stable")
-            runs = np.split(order, np.flatnonzero(np.diff(rows[order]) > GAP_ROWS) + 1)
-        with self._lock:
-            fd = self._fd(folder, create=False)
-            if fd is None:
-                return slots
-            for run in runs:
-                wanted = rows[run]
-                low = int(wanted.min())
-                data = os.pread(fd, (int(wanted.max()) - low + 1) * SLOT.size, low * SLOT.size)
-                held = np.frombuffer(data, dtype="<u8", count=len(data) // SLOT.size)
-                within = wanted - low < len(held)  # a file shorter than the rows: those are not held
-                slots[run[within]] = held[wanted[within] - low]
+            runs = [(run, int(rows[run[0]]), int(rows[run[-1]]))
+                    for run in np.split(order, np.flatnonzero(np.diff(rows[order]) > GAP_ROWS) + 1)]
+        slots = np.zeros(len(rows), dtype=np.uint64)
+        for run, first, last in runs:
+            data = os.pread(fd, (last - first + 1) * SLOT.size, first * SLOT.size)
+            held = np.frombuffer(data, dtype="<u8", count=len(data) // SLOT.size)
+            wanted = rows[run] - first
+            within = wanted < len(held)  # a file shorter than the rows: those are not held
+            slots[run[within]] = held[wanted[within]]
         return slots
 
     def set(self, folder: str, row: int, slot: int) -> None:
