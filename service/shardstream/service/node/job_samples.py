@@ -86,10 +86,7 @@ class JobSamples:
     def get_many(self, indices: Sequence[int]) -> dict[int, dict[str, Any]]:
         """position -> sample, for the samples found: in this node's tiers, else at their home node
         (all homes asked at once). Keys are made only for the samples a tier holds (or a home is
-        asked for): a first epoch's batch, which finds none, makes none. A lookup that finds
-        nothing is what the cache costs a job it does not serve yet: its time is spent from the
-        write budget as keeping is (write_budget.py)."""
-        started = time.perf_counter()
+        asked for): a first epoch's batch, which finds none, makes none."""
         found: dict[int, dict[str, Any]] = {}
         counts: collections.Counter[str] = collections.Counter()
         column = np.asarray(indices, dtype=np.int64)
@@ -127,8 +124,6 @@ class JobSamples:
         self.cache.counters.count(**counts)
         if len(indices):
             self.hit_rate += HIT_RATE_WEIGHT * (len(found) / len(indices) - self.hit_rate)
-            if not found:
-                self.cache.budget.spent(time.perf_counter() - started, self.hit_rate)
         return found
 
     def _held(self, tier: SampleTier, groups: list[tuple[int, np.ndarray]],

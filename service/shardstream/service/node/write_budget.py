@@ -7,12 +7,11 @@ decode it. With the cache on by default, writing every miss at once would slow e
 a sixth or more. So each actor spends on writes at most a share of the time passing (a token bucket:
 credit grows with the clock, writes spend the time they take on the decode thread, and the extra work
 of making a sample to keep is charged as theirs (job_samples.py), an idle spell banks at most BANK_S
-of it), and the share depends on how much the cache already serves the job whose sample it is.
-A lookup that finds nothing is charged too: in a job the cache does not serve yet it is the rest of
-what the cache costs the job, so the share bounds all of it.
+of it), and the share depends on how much the cache already serves the job whose sample it is:
 
-- a job whose samples all miss (its first epoch) looks them up and writes in at most MIN_SHARE of the
-  time: it runs at most that much slower than with the cache off, and keeps what it can;
+- a job whose samples all miss (its first epoch) writes in at most MIN_SHARE of the time: it runs at
+  most that much slower than with the cache off, beside its lookups (about 1%), and keeps what it
+  can;
 - as the job's recent lookups hit, the share grows, four times as fast as the hit rate, up to
   MAX_SHARE once a quarter of them hit. A hit saves most of a decode and a write costs a fraction of one, so a job
   the cache already serves is one it will serve: its second epoch invests in keeping most of what

@@ -189,23 +189,6 @@ def test_a_batch_call_that_also_makes_samples_to_keep_is_charged_what_it_took_be
     assert not budget.allows()
 
 
-def test_a_lookup_that_finds_nothing_is_paid_from_the_write_budget(tmp_path: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """In a job the cache does not serve yet, a lookup is all it costs the job beside its writes:
-    the budget pays for it, so a first epoch is at most the share slower than with the cache off."""
-    budget = WriteBudget(bank_s=100.0)
-    samples = PreparedCache([chunked_tier("memory", tmp_path / "m")], SharedReadCounters(), budget=budget).for_job(
-        _index(tmp_path / "data"), "identity")
-    samples.put_many({1: {"x": np.arange(2)}, 6: {"x": np.arange(7)}})
-    spent: list[float] = []
-    monkeypatch.setattr(budget, "spent", lambda seconds, hit_rate=0.0: spent.append(seconds))
-    assert samples.get_many([0, 2, 3, 7]) == {}
-    assert len(spent) == 1 and 0 < spent[0] < 1
-    found = samples.get_many([0, 6, 2, 1])  # two shards, a hit in each: the lookup paid for itself
-    assert sorted(found) == [1, 3] and found[1]["x"].tolist() == list(range(7))
-    assert len(spent) == 1
-
-
 def test_a_rewritten_shard_is_a_different_key(tmp_path: Path) -> None:
     counters = SharedReadCounters()
     cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters)
