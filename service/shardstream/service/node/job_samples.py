@@ -59,12 +59,14 @@ class JobSamples:
         self._gifts: dict[str, list[tuple[str, int, bytes]]] = {}  # home node -> samples prepared here for it
         self._lock = threading.Lock()
         self.kept_bytes = 0  # what this view stored or gave its homes
+        self.at_bound = False  # a sample did not fit within max_bytes: the job keeps no more
         self.hit_rate = 0.0  # of the job's recent lookups (about the last ten batches): what its writes may spend
         self._making_s: float | None = None  # seconds a batch call takes per sample when it keeps none (`made`)
 
     def _within_limit(self, size: int) -> bool:
         with self._lock:
             if self.max_bytes is not None and self.kept_bytes + size > self.max_bytes:
+                self.at_bound = True
                 return False
             self.kept_bytes += size
             return True
@@ -167,9 +169,17 @@ class JobSamples:
             return None
 
     def keeps_now(self, count: int = 1) -> bool:
-        """Whether `count` samples prepared now are to be kept (then `put` each): not when the
+        """Whether `count` samples prepared now are to be kept (then `put` each). Not when nothing
+        could keep them: every tier of this node full (and no other node's cache to give them
+        to), or the job at its bound; making a sample to keep costs work of its own (a JPEG
+        decoded whole), so a job larger than the cache would pay it for every miss. Not when the
         actor's write budget is spent (write_budget.py, at the share this job's hit rate gives
-        it), and they are then counted as deferred: kept when prepared again, in a later epoch."""
+        it) either, and they are then counted as deferred: kept when prepared again, in a later
+        epoch."""
+        if self._peers() is None and not self.cache.accepting():
+            return False
+        if self.at_bound:
+            return False
         if self.cache.budget.allows():
             return True
         self.cache.counters.count(prepared_deferred=count)
@@ -233,7 +243,9 @@ class JobSamples:
             with self._lock:
                 self._gifts.setdefault(home, []).append((folder, row, b"".join(parts)))
             return
-        self.cache.store(folder, row, parts, size)
+        if not self.cache.store(folder, row, parts, size):
+            with self._lock:  # not kept: it does not count towards the job's bound
+                self.kept_bytes -= size
 
     def send_to_homes(self) -> None:
         """Give each home node the samples of its that were prepared here (after a batch)."""

@@ -195,6 +195,10 @@ class PreparedCache:
             self.store(folder, row, [data], len(data))
         self.publish()
 
+    def accepting(self) -> bool:
+        """Whether a tier may take an entry now (one found full is not tried again for a while)."""
+        return any(tier.accepting() for tier in self.tiers)
+
     def store(self, folder: str, row: int, parts: list[bytes | memoryview], size: int) -> bool:
         """Keep an entry in the first tier with room for it: memory, else disk. A tier holds what the
         tiers before it could not, so each byte is written once and the node holds the sum of both."""

@@ -108,6 +108,10 @@ class SampleTier:
     def chunk_bytes(self) -> int:
         return self._chunk_bytes or chunk_size_for(self.max_bytes)
 
+    def accepting(self) -> bool:
+        """False while the tier is treated as full (FULL_RETRY_S after it was found so)."""
+        return time.monotonic() >= self._full_until
+
     def describe(self, folder: str, row: int) -> str:
         return f"{self.root}/{folder} row {row}"
 

@@ -17,7 +17,7 @@ import pytest
 from shardstream.proto.wire import FrameHeader, encode_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
-from shardstream.service.node import prepared_cache, sample_index
+from shardstream.service.node import prepared_cache, prepared_tier, sample_index
 from shardstream.service.node.batching import decode_batch
 from shardstream.service.node.cache_fault import CacheFault
 from shardstream.service.node.prepared_cache import PreparedCache, prepare_identity
@@ -472,6 +472,70 @@ def test_a_job_keeps_no_more_than_its_limit_and_others_still_keep_theirs(tmp_pat
     for i in range(5):
         other.put(i, sample)
     assert all(other.get(i) is not None for i in range(5))
+
+
+def test_a_job_at_its_limit_is_asked_to_keep_no_more(tmp_path: Path) -> None:
+    """Making a sample to keep costs work of its own (a JPEG decoded whole): a job at its bound
+    is not asked to, and a sample a full tier refused does not count towards the bound."""
+    cache = PreparedCache([chunked_tier("memory", tmp_path / "m", max_bytes=CHUNK, chunk_bytes=CHUNK)],
+                          SharedReadCounters())
+    index = _index(tmp_path / "data")
+    sample = {"x": np.arange(1000, dtype=np.int64)}  # about 8,000 bytes each
+    job = cache.for_job(index, "job", max_bytes=20000)
+    assert job.keeps_now()
+    for i in range(3):
+        job.put(i, sample)
+    assert [job.get(i) is not None for i in range(3)] == [True, True, False]
+    assert not job.keeps_now()
+    huge = {"x": np.zeros(CHUNK, np.uint8)}  # larger than a chunk: the tier refuses it
+    other = cache.for_job(index, "other")
+    other.put(0, huge)
+    assert other.get(0) is None and other.kept_bytes == 0 and other.keeps_now()
+
+
+def test_a_node_whose_tiers_are_full_is_asked_to_keep_nothing_until_it_tries_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dataset larger than the cache: once every tier refuses for want of room, batches stop
+    making samples to keep (nothing is counted as deferred: there is no room to defer them to),
+    until the tier is tried again (FULL_RETRY_S later)."""
+    counters = SharedReadCounters()
+    tier = chunked_tier("memory", tmp_path / "m", max_bytes=2 * CHUNK, chunk_bytes=CHUNK)
+    cache = PreparedCache([tier], counters)
+    index = _index(tmp_path / "data", (9,))
+    job = cache.for_job(index, "job")
+    sample = {"x": np.zeros(400_000, np.uint8)}  # two fit in a 1 MiB chunk: four in the tier
+    for i in range(5):
+        assert job.keeps_now()
+        job.put(i, sample)
+    assert [job.get(i) is not None for i in range(5)] == [True] * 4 + [False]
+    counters.take_delta()
+    assert not job.keeps_now() and counters.take_delta().prepared_deferred == 0
+    clock = [time.monotonic() + prepared_tier.FULL_RETRY_S]
+    monkeypatch.setattr(prepared_tier.time, "monotonic", lambda: clock[0])
+    assert job.keeps_now()  # tried again: another job's data may have been given back meanwhile
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["one native call", "one sample at a time"])
+def test_a_full_node_makes_no_whole_images_for_the_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                         batched: bool) -> None:
+    """A JPEG is decoded whole beside its crop only to be kept: with every tier full, a batch makes
+    none (with write budget to spare), nothing is counted as deferred, and the message is the same."""
+    if not batched:
+        one_sample_at_a_time(monkeypatch)
+    wholes = native_crops(monkeypatch)
+    index, job, transform, now, counters, cache, samples = _budget_spent(tmp_path, (8,))
+    now[0] += 10.0  # credit to keep them all
+    indices = np.array([1, 0, 2, 4, 6], dtype=np.int64)  # 1 is a PNG (the loop's first sample sets the rows)
+    expected = encode_batch(0, 0, 0, decode_batch(job, memory_reader(index), transform, 0, indices).arrays, indices)
+    cache.tiers[0]._full_until = time.monotonic() + prepared_tier.FULL_RETRY_S  # as after a refusal for room
+    counters.take_delta()
+    full = decode_batch(job, memory_reader(index), transform, 0, indices, FrameHeader(0, 0, 0), prepared_samples=samples)
+    assert bytes(full.message) == expected and wholes == [False] * 4
+    delta = counters.take_delta()
+    assert (delta.prepared_misses, delta.prepared_deferred, samples.kept_bytes) == (5, 0, 0)
+    cache.tiers[0]._full_until = 0.0  # tried again
+    decode_batch(job, memory_reader(index), transform, 0, indices, FrameHeader(0, 0, 0), prepared_samples=samples)
+    assert wholes == [False] * 4 + [True] * 4 and samples.kept_bytes > 0
 
 
 def test_threads_storing_and_loading_at_once_never_read_a_closed_file(tmp_path: Path,
