@@ -135,7 +135,7 @@ class JobSamples:
         every shard folder read at once, and the entries of a folder read together."""
         out: dict[int, dict[str, Any]] = {}
         wanted = [rows[at] for _, at in groups]
-        found = tier.slots_of_shards([(self._folders[shard], shard_rows)
+        found = tier.slots([(self._folders[shard], shard_rows)
                                       for (shard, _), shard_rows in zip(groups, wanted, strict=True)])
         for (shard, at), shard_rows, slots in zip(groups, wanted, found, strict=True):
             if isinstance(slots, CacheFault):  # each key alone, so each counts its fault

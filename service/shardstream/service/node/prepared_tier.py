@@ -80,6 +80,10 @@ def dataset_of(folder: str) -> str:
 
 
 @functools.lru_cache(maxsize=4096)
+def _index_fault(exc: OSError) -> CacheFault:
+    return CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}")
+
+
 def _chunk_path(root: str, dataset: str, chunk: int) -> str:
     return os.path.join(root, dataset, str(chunk))
 
@@ -127,22 +131,15 @@ class SampleTier:
         try:
             slot = self.index.get(folder, row)
         except OSError as exc:
-            raise CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}") from exc
+            raise _index_fault(exc) from exc
         return self.load_slot(folder, row, slot)
 
-    def slots(self, folder: str, rows: np.ndarray) -> np.ndarray:
-        """Where the tier holds each of a shard's `rows` (0: not held), for `load_slot`: one read
-        of the index for a batch's rows of a shard. CacheFault when the index cannot be read."""
-        try:
-            return self.index.get_many(folder, rows)
-        except OSError as exc:
-            raise CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}") from exc
-
-    def slots_of_shards(self, wanted: list[tuple[str, np.ndarray]]) -> list[np.ndarray | CacheFault]:
-        """`slots` of each (folder, rows) at once: a batch's rows of all its shards (the CacheFault
-        of a folder whose index cannot be read in its place)."""
-        return [CacheFault("io_error", f"the index: {type(found).__name__}: {found.strerror or found}")
-                if isinstance(found, OSError) else found for found in self.index.get_shards(wanted)]
+    def slots(self, wanted: list[tuple[str, np.ndarray]]) -> list[np.ndarray | CacheFault]:
+        """Where the tier holds each of a shard's rows (0: not held), for `load_slot`, for each
+        (folder, rows) of a batch at once: one read of each shard's index (the CacheFault of a
+        folder whose index cannot be read in its place)."""
+        return [_index_fault(found) if isinstance(found, OSError) else found
+                for found in self.index.get_shards(wanted)]
 
     def load_slot(self, folder: str, row: int, slot: int) -> tuple[np.ndarray, int] | None:
         """`load_file` of a row whose slot was looked up already (0: None)."""

@@ -117,11 +117,9 @@ class SampleIndex:
         if fd is None:
             return np.zeros(len(rows), dtype=np.uint64)
         low, high = int(rows.min()), int(rows.max())
+        runs: list[tuple[np.ndarray | None, int, int]]  # (positions in `rows`, None: all of them; first; last row)
         if high - low <= GAP_ROWS:  # one run (a shard of up to GAP_ROWS rows always is)
-            data = os.pread(fd, (high - low + 1) * SLOT.size, low * SLOT.size)
-            if len(data) == (high - low + 1) * SLOT.size:  # the file holds every row asked for
-                return np.frombuffer(data, dtype="<u8")[rows - low]
-            runs = [(np.arange(len(rows)), low, high)]
+            runs = [(None, low, high)]
         else:
             order = np.argsort(rows, kind="stable")
             runs = [(run, int(rows[run[0]]), int(rows[run[-1]]))
@@ -130,9 +128,11 @@ class SampleIndex:
         for run, first, last in runs:
             data = os.pread(fd, (last - first + 1) * SLOT.size, first * SLOT.size)
             held = np.frombuffer(data, dtype="<u8", count=len(data) // SLOT.size)
-            wanted = rows[run] - first
+            wanted = (rows if run is None else rows[run]) - first
+            if run is None and len(held) == last - first + 1:  # the file holds every row asked for
+                return held[wanted]
             within = wanted < len(held)  # a file shorter than the rows: those are not held
-            slots[run[within]] = held[wanted[within]]
+            slots[within if run is None else run[within]] = held[wanted[within]]
         return slots
 
     def set(self, folder: str, row: int, slot: int) -> None:
