@@ -61,11 +61,16 @@ def local_ray(ray_cluster: str) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def service(local_ray: None) -> Iterator[tuple[Service, str]]:
-    """A running service (2 decode actors, metrics on) on 127.0.0.1:<free port>, and its address."""
+    """A running service (2 decode actors, metrics on) on 127.0.0.1:<free port>, and its address.
+
+    Its decode actors keep every sample they prepare (prepared_cache_write_share=1): a test that reads
+    an epoch twice finds the whole of it kept however loaded the machine is, where at the default share
+    a first epoch keeps what a few percent of the actors' time passing covers (tests/unit: the budget)."""
     from shardstream.service.config import ServiceConfig
     from shardstream.service.control.server import create_server
 
     running, port = create_server(ServiceConfig(port=0, num_decoders=2, decoder_cpus=0.5, metrics_port=0,
+                                                prepared_cache_write_share=1.0,
                                                 allowed_transform_modules=("tests.transforms", "examples.formats")))
     yield running, f"127.0.0.1:{port}"
     running.stop(grace=1.0)

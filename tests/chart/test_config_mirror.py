@@ -57,7 +57,7 @@ def test_the_configmap_loads_into_the_service_config() -> None:
               "max_message_bytes": 1 << 28, "grpc_workers": 16,
               "max_request_bytes": 1 << 20, "job_idle_ttl_s": 90.0,
               "max_abandoned_storage_calls": 5, "prepared_cache_memory_bytes": 8 << 30,
-              "prepared_cache": False, "priority_classes": ["high=4", "batch=0.5"],
+              "prepared_cache": False, "prepared_cache_write_share": 0.25, "priority_classes": ["high=4", "batch=0.5"],
               "job_max_decoders": 8, "job_max_in_flight_bytes": 4 << 30, "job_max_cache_bytes": 16 << 30,
               "dataset_protocols": ["file", "gs", "hdfs"], "max_world_size": 4096, "max_batch_size": 8192,
               "max_shuffle_block": 1 << 20, "max_bucket_window": 100, "max_epoch": 10_000, "max_seq_len": 8192,

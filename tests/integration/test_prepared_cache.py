@@ -42,11 +42,11 @@ def _epoch(address: str, dataset: str, job: str, epoch: int, seed: int = 11,
 
 
 def _start(cache_dir: Path | None) -> tuple[Service, str]:
-    """The cache at its defaults (each tier sized by the node: memory on a tmpfs), in fresh directories;
-    or off with its one setting."""
+    """The cache at its defaults (each tier sized by the node: memory on a tmpfs), in fresh directories,
+    keeping every sample a first epoch prepares; or off with its one setting."""
     config = ServiceConfig(
         port=0, num_decoders=1, decoder_cpus=0.5, metrics_port=0, local_copy_bytes=0,
-        prepared_cache=cache_dir is not None,
+        prepared_cache=cache_dir is not None, prepared_cache_write_share=1.0,  # (as tests/conftest.py's)
         prepared_cache_memory_dir=str(cache_dir / "memory") if cache_dir else "",
         prepared_cache_disk_dir=str(cache_dir / "disk") if cache_dir else "")
     running, port = create_server(config)

@@ -42,7 +42,8 @@ def nodes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[Path]]:
 
 def _serve(cache: bool) -> tuple[Service, str]:
     running, port = create_server(ServiceConfig(port=0, decoder_cpus=0.5, local_copy_bytes=0, prepared_cache=cache,
-                                                prepared_cache_memory_bytes=0, prepared_cache_disk_bytes=1 << 26))
+                                                prepared_cache_memory_bytes=0, prepared_cache_disk_bytes=1 << 26,
+                                                prepared_cache_write_share=1.0))  # (as tests/conftest.py's)
     return running, f"127.0.0.1:{port}"
 
 

@@ -18,6 +18,7 @@ from shardstream.service.limits import (
     DEFAULT_MAX_JOBS,
     RequestLimits,
 )
+from shardstream.service.node.write_budget import MIN_SHARE
 from shardstream.service.settings import ENV_PREFIX, check_bounds, from_environment, setting
 from shardstream.service.shares import priority_weights
 
@@ -108,6 +109,12 @@ class ServiceConfig:
     prepared_cache_disk_dir: str = setting(
         "", "a local-disk directory for that disk tier (empty: prepared-samples in the local copy's directory)",
         chart="<decode.localCopy.mountPath>/prepared-samples (the local copy's volume)")
+    prepared_cache_write_share: float = setting(
+        MIN_SHARE, "the share of each decode actor's time that keeping a job's prepared samples may take while the "
+        "job finds none kept before (its first epoch): that epoch runs at most this much slower than with the "
+        "cache off, and what it cannot keep is kept in the next, which may take up to nine tenths of it (docs/prepared-cache.md). "
+        "1: keep every sample the first time it is prepared, at the cost of a slower first epoch",
+        above=0, maximum=1)
     max_message_bytes: int = setting(1 << 30, "largest gRPC message (one batch) a decode actor sends, bytes",
                                      minimum=1)
     max_request_bytes: int = setting(16 << 20, "largest request a client may send, bytes (larger ones get "

@@ -16,6 +16,7 @@ from typing import Any
 from shardstream.proto.job_options import JobOptions
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.limits import DEFAULT_LIMITS, RequestLimits
+from shardstream.service.node.write_budget import MIN_SHARE
 from shardstream.service.plan import SamplingSpec
 
 DEFAULT_MAX_BATCH_BYTES = 1 << 30  # ServiceConfig.max_message_bytes's default
@@ -64,6 +65,8 @@ class ReadSettings:
     prepared_memory_bytes: int | None = None
     prepared_disk_dir: str = ""  # "": <the local copy's directory>/prepared-samples
     prepared_disk_bytes: int | None = None
+    # The share of the actor's time a job's first epoch may spend keeping samples (write_budget.py).
+    prepared_write_share: float = MIN_SHARE
 
     @property
     def prepared_cache_on(self) -> bool:

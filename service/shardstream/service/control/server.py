@@ -133,7 +133,8 @@ def create_server(config: ServiceConfig) -> tuple[Service, int]:
     pool = DecodePool(config.num_decoders, config.decoder_cpus, ReadSettings(
         config.row_group_cache_bytes, config.local_copy_dir, config.local_copy_bytes,
         config.prepared_cache_memory_dir, config.prepared_cache_memory_bytes if config.prepared_cache else 0,
-        config.prepared_cache_disk_dir, config.prepared_cache_disk_bytes if config.prepared_cache else 0),
+        config.prepared_cache_disk_dir, config.prepared_cache_disk_bytes if config.prepared_cache else 0,
+        config.prepared_cache_write_share),
         serving=dataclasses.replace(config.batch_serving, identities=identities.table if identities is not None else None),
         tls=TlsFiles.of(config), wanted=config.autoscale_min_decoders if config.autoscale_max_decoders else None)
     pool.on_refused = refusals.add  # what the decoders' batch servers refused

@@ -86,7 +86,7 @@ class DecodeWorker:
         self._prepared, self._cache_sizing = open_prepared_cache(
             settings.prepared_memory_dir, settings.prepared_memory_bytes, settings.prepared_disk_dir,
             settings.prepared_disk_bytes, self._counters, self._peers, ray.get_runtime_context().get_node_id(),
-            settings.local_copy_dir)
+            settings.local_copy_dir, settings.prepared_write_share)
         self._jobs: dict[str, tuple[DecodeJob, ShardReader, SampleTransform | None, Collation]] = {}
         self._prepared_samples: dict[str, JobSamples] = {}  # job id -> its view of the cache
         self._plans = PlanCache(PLANS_KEPT)

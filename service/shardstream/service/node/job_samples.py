@@ -22,6 +22,7 @@ from shardstream.service.node.entry_frame import sealed_length
 from shardstream.service.node.prepared_entry import SampleKey, decode_entry, encode_entry, folder_of
 from shardstream.service.node.prepared_peers import PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
+from shardstream.service.node.write_budget import REUSE_HIT_RATE
 
 if TYPE_CHECKING:
     from shardstream.service.node.prepared_cache import PreparedCache
@@ -30,6 +31,11 @@ log = logging.getLogger(__name__)
 
 HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
 MAKING_WEIGHT = 0.1  # each call that keeps nothing moves the learnt per-sample cost this far towards its own
+
+
+def _moved(average: float | None, value: float) -> float:
+    """An average over about the last ten values, `value` the newest."""
+    return value if average is None else average + MAKING_WEIGHT * (value - average)
 
 
 def _by_shard(shards: np.ndarray) -> list[tuple[int, np.ndarray]]:
@@ -61,7 +67,15 @@ class JobSamples:
         self.kept_bytes = 0  # what this view stored or gave its homes
         self.at_bound = False  # a sample did not fit within max_bytes: the job keeps no more
         self.hit_rate = 0.0  # of the job's recent lookups (about the last ten batches): what its writes may spend
+        # Once its lookups have found samples kept before, the job is one the cache serves for good: a
+        # first epoch that kept a few percent gives a second pass a hit rate that the average of ten
+        # batches would now and then take below REUSE_HIT_RATE, and its share with it.
+        self.reuses = False
         self._making_s: float | None = None  # seconds a batch call takes per sample when it keeps none (`made`)
+        # Seconds keeping one sample has cost, recently: making it beyond the batch's own work (`made`),
+        # and writing it (`put_many`): what `keeps_now` asks the write budget to cover.
+        self._making_kept_s: float | None = None
+        self._writing_s: float | None = None
 
     def _within_limit(self, size: int) -> bool:
         with self._lock:
@@ -126,6 +140,7 @@ class JobSamples:
         self.cache.counters.count(**counts)
         if len(indices):
             self.hit_rate += HIT_RATE_WEIGHT * (len(found) / len(indices) - self.hit_rate)
+            self.reuses = self.reuses or self.hit_rate >= REUSE_HIT_RATE
         return found
 
     def _held(self, tier: SampleTier, groups: list[tuple[int, np.ndarray]],
@@ -173,14 +188,16 @@ class JobSamples:
         could keep them: every tier of this node full (and no other node's cache to give them
         to), or the job at its bound; making a sample to keep costs work of its own (a JPEG
         decoded whole), so a job larger than the cache would pay it for every miss. Not when the
-        actor's write budget is spent (write_budget.py, at the share this job's hit rate gives
-        it) either, and they are then counted as deferred: kept when prepared again, in a later
-        epoch."""
-        if self._peers() is None and not self.cache.accepting():
+        actor's write budget (write_budget.py, at the share this job's hit rate gives it) does not
+        cover keeping them, at what keeping a sample has cost this job lately, either: they are
+        then counted as deferred, kept when prepared again in a later epoch. Paying before, not
+        after, a batch kept at a small share leaves no debt that the job would go on repaying
+        once its share has grown."""
+        if self.at_bound or (self._peers() is None and not self.cache.accepting()):
             return False
-        if self.at_bound:
-            return False
-        if self.cache.budget.allows():
+        available = self.cache.budget.available(self._share_rate())
+        each = (self._making_kept_s or 0.0) + (self._writing_s or 0.0)
+        if available > 0 and available >= count * each:  # (no cost learnt yet: this batch teaches it)
             return True
         self.cache.counters.count(prepared_deferred=count)
         return False
@@ -195,7 +212,7 @@ class JobSamples:
         the others. The time they take is spent from the write budget at once: the time passing
         on this (the decode) thread, which is what keeping costs the batch. Its CPU time alone
         would charge an actor that shares its core less than the batch loses."""
-        started = time.perf_counter()
+        started, claims = time.perf_counter(), self.cache.claims()
         try:
             for index, sample in samples.items():
                 try:
@@ -204,7 +221,12 @@ class JobSamples:
                     log.warning("cannot cache prepared sample %d", index, exc_info=True)
         finally:
             self.cache.publish()
-            self._charge(time.perf_counter() - started)
+            seconds = time.perf_counter() - started
+            self._charge(seconds)
+            # A write that claimed a chunk (a job's first, or a tier growing) paid for space the next
+            # thousands of samples use: what it cost says nothing of what keeping one sample costs.
+            if samples and self.cache.claims() == claims:
+                self._writing_s = _moved(self._writing_s, seconds / len(samples))
 
     def made(self, seconds: float, count: int, kept: int) -> None:
         """A batch call made `count` samples in `seconds` (time passing, as `put_many` counts), and for
@@ -222,10 +244,16 @@ class JobSamples:
         extra = seconds if self._making_s is None else seconds - count * self._making_s
         if extra > 0:
             self._charge(extra)
+        if self._making_s is not None:  # (before, `extra` is all of the call's time)
+            self._making_kept_s = _moved(self._making_kept_s, max(0.0, extra) / kept)
+
+    def _share_rate(self) -> float:
+        """The hit rate the job's share follows (write_budget.share_for): all of them once it reuses."""
+        return 1.0 if self.reuses else self.hit_rate
 
     def _charge(self, seconds: float) -> None:
         """`seconds` of keeping, spent from the write budget and counted for the metric."""
-        self.cache.budget.spent(seconds, self.hit_rate)
+        self.cache.budget.spent(seconds, self._share_rate())
         self.cache.counters.count(keep_seconds=seconds)
 
     def _keep(self, index: int, sample: dict[str, Any]) -> None:

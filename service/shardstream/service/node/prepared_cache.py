@@ -70,7 +70,7 @@ from shardstream.service.node.prepared_entry import (
 from shardstream.service.node.prepared_peers import FileKey, PreparedPeers
 from shardstream.service.node.prepared_tier import SampleTier
 from shardstream.service.node.read_counters import SharedReadCounters
-from shardstream.service.node.write_budget import WriteBudget
+from shardstream.service.node.write_budget import MIN_SHARE, WriteBudget
 from shardstream.service.node_messages import CacheSizing, TierSize
 
 log = logging.getLogger(__name__)
@@ -122,6 +122,11 @@ class PreparedCache:
         self.peers = peers  # the other nodes' caches (prepared_peers.py); None: this node's only
         self.budget = budget or WriteBudget()  # the share of this actor's time keeping samples may take
         self.publish()
+
+    def claims(self) -> int:
+        """How many chunks this actor's tiers have claimed (tier.claims): a write that claims one
+        costs more than its samples."""
+        return sum(tier.claims for tier in self.tiers)
 
     def load(self, tier: SampleTier, key: SampleKey) -> dict[str, Any] | None:
         """The sample `tier` holds for `key`, verified; None when it holds none or the entry is
@@ -236,11 +241,12 @@ class PreparedCache:
 
 def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str, disk_bytes: int | None,
                         counters: SharedReadCounters, peers: PreparedPeers | None = None,
-                        node_id: str = "", local_copy_dir: str = "",
+                        node_id: str = "", local_copy_dir: str = "", write_share: float = MIN_SHARE,
                         ) -> tuple[PreparedCache | None, CacheSizing]:
     """The node's cache, or None when both tiers are off or neither directory can be used (then
     every sample is prepared, as with the cache off), and the bounds chosen. A bound of None is
-    sized from the node (cache_sizing.py); 0 is off."""
+    sized from the node (cache_sizing.py); 0 is off. `write_share`: the share of the actor's time
+    a job's first epoch may spend keeping samples (write_budget.py)."""
     wanted = {"memory": (memory_dir or default_memory_directory(), memory_bytes),
               "disk": (disk_dir or default_disk_directory(local_copy_dir), disk_bytes)}
     tiers: dict[str, SampleTier] = {}
@@ -263,7 +269,8 @@ def open_prepared_cache(memory_dir: str, memory_bytes: int | None, disk_dir: str
             if wanted[name][1] is None and name in tiers:
                 sizes[name], tiers[name].max_bytes = sized, sized.bytes
     kept = [tier for tier in tiers.values() if tier.max_bytes > 0]  # memory first, as `wanted` is
-    return (PreparedCache(kept, counters, peers) if kept else None), CacheSizing(sizes["memory"], sizes["disk"])
+    cache = PreparedCache(kept, counters, peers, WriteBudget(first_share=write_share)) if kept else None
+    return cache, CacheSizing(sizes["memory"], sizes["disk"])
 
 
 __all__ = ["PreparedCache", "open_prepared_cache", "prepare_identity"]

@@ -104,6 +104,7 @@ class SampleTier:
         self._appending: dict[str, _Appending] = {}
         self._allocated: dict[str, int] = {}  # dataset -> the size of the last chunk this actor allocated for it
         self.stored_bytes = self.allocated_bytes = 0
+        self.claims = 0  # chunks this actor claimed for a dataset (`_claim`)
         self._count()  # what datasets hold; that and the free chunks
         self._full_until = 0.0
         self._touched: dict[str, float] = {}
@@ -251,6 +252,7 @@ class SampleTier:
         """A chunk for the dataset, opened for appending: a free one renamed into the dataset's
         directory, else one allocated now (its cost charged to the write budget, as the write's);
         None when the tier is full."""
+        self.claims += 1
         directory = os.path.join(self.root, dataset)
         os.makedirs(directory, exist_ok=True)
         for chunk in self._free_chunks():

@@ -34,7 +34,13 @@ from shardstream.service.node.tier_chunks import (
     chunk_size_for,
     survey,
 )
-from shardstream.service.node.write_budget import MAX_SHARE, MIN_SHARE, WriteBudget, share_for
+from shardstream.service.node.write_budget import (
+    MAX_SHARE,
+    MIN_SHARE,
+    REUSE_HIT_RATE,
+    WriteBudget,
+    share_for,
+)
 from shardstream.service.node_messages import DecodeJob
 from shardstream.service.transforms import build_transform
 from tests.cache_tiers import CHUNK, chunked_tier
@@ -182,8 +188,8 @@ def test_a_batch_call_that_also_makes_samples_to_keep_is_charged_what_it_took_be
     samples.made(0.064, 64, 0)  # 1 ms a sample: the learnt cost moves a tenth of the way, to 0.55 ms
     samples.made(0.0352 + 0.010, 64, 32)
     assert counters.take_delta().keep_seconds == pytest.approx(0.010)
-    # Spent from the budget at the job's share (5%): 0.09 s so far is 1.8 s of the 100 s banked, and
-    # 4.96 s more is the rest of it and more.
+    # Spent from the budget at the job's share (the cold one, 3%): 0.09 s so far is 3 s of the 100 s
+    # banked, and 5 s more is the rest of it and more.
     assert budget.allows()
     samples.made(5.0, 64, 64)
     assert not budget.allows()
@@ -268,15 +274,15 @@ def test_batches_are_the_same_bytes_cold_warm_and_without_the_cache(tmp_path: Pa
 
 def _budget_spent(tmp_path: Path, shard_rows: tuple[int, ...]) -> tuple[Any, ...]:
     """(index, job, transform, clock, counters, cache, the job's samples): an image job whose node
-    cache has just spent its write budget (0.2 s of writes at the cold share: 4 s of time passing)
-    on a clock the test moves (`clock[0]`)."""
+    cache has just spent its write budget (4 s of time passing: its bank, at the cold share) on a
+    clock the test moves (`clock[0]`)."""
     index = _index(tmp_path / "data", shard_rows)
     job = DecodeJob.alone("j", index, transform="image", transform_args=IMAGE_ARGS, seed=5, on_corrupt="fail")
     transform = build_transform("image", IMAGE_ARGS, ())
     clock = [0.0]
     counters = SharedReadCounters()
     budget = WriteBudget(bank_s=4.0, clock=lambda: clock[0])
-    budget.spent(0.2)
+    budget.spent(4.0 * MIN_SHARE)
     cache = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters, budget=budget)
     return index, job, transform, clock, counters, cache, cache.for_job(
         index, prepare_identity("image", IMAGE_ARGS, [], transform))
@@ -293,7 +299,7 @@ def test_keeping_samples_takes_at_most_its_share_of_the_actors_time(tmp_path: Pa
     delta = counters.take_delta()
     assert (delta.prepared_misses, delta.prepared_deferred, cache.tiers[0].stored_bytes) == (2, 2, 0)
     assert delta.keep_seconds == 0
-    now[0] += 1.0  # a second later: 0.05 s of writing to spend
+    now[0] += 1.0  # a second later: a second of time passing to spend at the cold share
     decode_batch(job, memory_reader(index), transform, 1, indices, prepared_samples=samples)
     delta = counters.take_delta()
     assert (delta.prepared_misses, delta.prepared_deferred) == (2, 0) and cache.tiers[0].stored_bytes > 0
@@ -350,29 +356,110 @@ def test_a_sample_kept_by_the_one_native_call_is_prepares_own(tmp_path: Path, mo
 def test_the_write_budget_grows_with_the_clock_and_banks_at_most_a_burst() -> None:
     now = [100.0]
     budget = WriteBudget(bank_s=10.0, clock=lambda: now[0])
-    assert budget.allows()  # starts with a bank's worth: 10 s of time, 0.5 s of cold writes
-    budget.spent(0.55)  # at the cold share: 11 s of time
+    assert budget.allows()  # starts with a bank's worth: 10 s of time
+    budget.spent(11 * MIN_SHARE)  # at the cold share: 11 s of time
     assert not budget.allows()  # a second in debt
     now[0] += 0.5
     assert not budget.allows()
     now[0] += 1.0
     assert budget.allows()
     now[0] += 3600.0  # an idle hour banks 10 s, not 3600 s
-    budget.spent(0.5)
+    budget.spent(10.5 * MIN_SHARE)
     assert not budget.allows()
     with pytest.raises(ValueError):
         WriteBudget(bank_s=0)
 
 
-def test_a_job_the_cache_serves_may_spend_more_of_the_time_on_writes() -> None:
-    assert share_for(0.0) == MIN_SHARE and share_for(0.25) == share_for(1.0) == MAX_SHARE
-    assert share_for(0.125) == pytest.approx((MIN_SHARE + MAX_SHARE) / 2)
+def test_a_job_that_reads_samples_kept_before_may_spend_most_of_the_time_on_writes() -> None:
+    """Whatever the level of its hits: a second pass keeps what is left of the dataset however
+    little the first kept."""
+    assert share_for(0.0) == share_for(REUSE_HIT_RATE / 2) == MIN_SHARE
+    assert share_for(REUSE_HIT_RATE) == share_for(0.05) == share_for(1.0) == MAX_SHARE
     now = [0.0]
     cold, warm = WriteBudget(bank_s=1.0, clock=lambda: now[0]), WriteBudget(bank_s=1.0, clock=lambda: now[0])
-    cold.spent(0.1, hit_rate=0.0)  # 2 s of time at 5%
-    warm.spent(0.1, hit_rate=1.0)  # 0.2 s at 50%
+    assert cold.available(0.0) == warm.available(1.0) == float("inf")  # a full bank: waiting adds nothing
+    cold.spent(0.1, hit_rate=0.0)  # over 3 s of time at the cold share
+    warm.spent(0.1, hit_rate=REUSE_HIT_RATE)  # 0.11 s at 90%
+    assert cold.available(0.0) == 0 and warm.available(1.0) == pytest.approx((1.0 - 0.1 / MAX_SHARE) * MAX_SHARE)
     now[0] += 0.5
     assert warm.allows() and not cold.allows()
+
+
+def test_a_batch_keeps_only_what_the_write_budget_covers_already(tmp_path: Path) -> None:
+    """Kept at the cold share, a batch would borrow its time from later ones, which would go on
+    repaying it after the job's share has grown: it is kept only when the budget covers it at
+    what keeping a sample has cost the job lately."""
+    counters, now = SharedReadCounters(), [0.0]
+    budget = WriteBudget(bank_s=1.0, clock=lambda: now[0])
+    samples = PreparedCache([chunked_tier("memory", tmp_path / "m")], counters, budget=budget).for_job(
+        _index(tmp_path / "data"), "identity")
+    assert samples.keeps_now(64)  # nothing learnt yet: this batch teaches it
+    samples.put_many({0: {"x": np.arange(3)}})
+    samples._writing_s = 0.001  # as if writing a sample had cost 1 ms
+    budget.spent(0.01)  # and the bank not full: 0.67 s of time, 20 ms of writing at the cold share
+    counters.take_delta()
+    assert not samples.keeps_now(64) and counters.take_delta().prepared_deferred == 64
+    assert samples.keeps_now(15) and budget.available() > 0  # nothing borrowed
+
+
+def test_a_write_that_claims_a_chunk_teaches_nothing_of_what_keeping_a_sample_costs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job's first write claims its chunk: counted as what keeping a sample costs, it made a small
+    job on an idle actor defer samples to its second epoch."""
+    budget = WriteBudget(bank_s=100.0, clock=lambda: 0.0)
+    tier = chunked_tier("memory", tmp_path / "m")
+    samples = PreparedCache([tier], SharedReadCounters(), budget=budget).for_job(_index(tmp_path / "data"), "identity")
+    claim = tier._claim
+
+    def slow_claim(dataset: str, needed: int) -> Any:
+        time.sleep(0.05)  # a chunk allocated on a busy machine
+        return claim(dataset, needed)
+
+    monkeypatch.setattr(tier, "_claim", slow_claim)
+    samples.put_many({0: {"x": np.arange(3)}})  # 50 ms or more for one sample: 1.7 s of time at the cold share
+    assert budget.available() < 3.0 - 0.05
+    assert samples.keeps_now(64)  # not 64 x 50 ms
+    samples.put_many({1: {"x": np.arange(3)}, 2: {"x": np.arange(3)}})  # into the chunk claimed: this one teaches
+    assert not samples.keeps_now(4 * 10**6)
+
+
+def test_a_service_may_keep_every_sample_a_first_epoch_prepares(tmp_path: Path) -> None:
+    """prepared_cache_write_share: the first epoch's share, 1 to keep everything the first time; a
+    job reading samples kept before may spend at least MAX_SHARE."""
+    assert share_for(0.0, 1.0) == share_for(1.0, 1.0) == 1.0
+    assert share_for(0.0, 0.2) == 0.2 and share_for(1.0, 0.2) == MAX_SHARE
+    for wrong in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match="first_share"):
+            WriteBudget(first_share=wrong)
+    now = [0.0]
+    budgets = [WriteBudget(bank_s=1.0, clock=lambda: now[0], first_share=share) for share in (MIN_SHARE, 1.0)]
+    for budget in budgets:
+        budget.spent(0.01)  # 10 ms of writing
+    assert budgets[0].available() == pytest.approx((1.0 - 0.01 / MIN_SHARE) * MIN_SHARE)
+    assert budgets[1].available() == pytest.approx(0.99)
+    cache, _ = prepared_cache.open_prepared_cache(str(tmp_path / "m"), 1 << 26, "", 0, SharedReadCounters(),
+                                                  write_share=0.5)
+    assert cache is not None and cache.budget.first_share == 0.5
+
+
+def test_a_job_that_found_samples_kept_before_keeps_the_full_share_as_its_hits_thin_out(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second pass over a dataset of which a first epoch kept a few percent hits a few percent: its
+    recent hit rate now and then falls below REUSE_HIT_RATE, and its share must not fall with it."""
+    budget = WriteBudget(bank_s=100.0)
+    samples = PreparedCache([chunked_tier("memory", tmp_path / "m")], SharedReadCounters(), budget=budget).for_job(
+        _index(tmp_path / "data"), "identity")
+    shares: list[float] = []
+    monkeypatch.setattr(budget, "spent", lambda seconds, hit_rate=0.0: shares.append(share_for(hit_rate)))
+    samples.put(0, {"x": np.arange(3)})
+    assert not samples.reuses and shares == [MIN_SHARE]
+    samples.get_many([0, 1, 2, 3])  # a quarter of them kept before
+    assert samples.reuses
+    for _ in range(60):
+        samples.get_many([5, 6, 7, 8])
+    assert samples.hit_rate < REUSE_HIT_RATE and samples.reuses
+    samples.put(5, {"x": np.arange(3)})
+    assert shares[-1] == MAX_SHARE
 
 
 def test_a_jobs_hit_rate_follows_its_recent_lookups(tmp_path: Path) -> None:
