@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 HIT_RATE_WEIGHT = 0.1  # each batch's lookups move a job's hit rate this far towards theirs
-MAKING_WEIGHT = 0.1  # each call that keeps nothing moves the learnt per-sample cost this far towards its own
+MAKING_WEIGHT = 0.1  # each new value moves a learnt per-sample cost (`_moved`) this far towards its own
 
 
 def _moved(average: float | None, value: float) -> float:
@@ -237,9 +237,7 @@ class JobSamples:
         if count <= 0:
             return
         if kept == 0:
-            per_sample = seconds / count
-            self._making_s = per_sample if self._making_s is None else (
-                self._making_s + MAKING_WEIGHT * (per_sample - self._making_s))
+            self._making_s = _moved(self._making_s, seconds / count)
             return
         extra = seconds if self._making_s is None else seconds - count * self._making_s
         if extra > 0:
