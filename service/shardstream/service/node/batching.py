@@ -105,7 +105,7 @@ def decode_batch(job: DecodeJob, reader: ShardReader, transform: SampleTransform
                     raise _corrupt(job, index, exc) from None
             return DecodedBatch(arrays=collate_samples(records, collation), indices=np.asarray(indices))
         pieces = _readable_pieces(job, reader.pieces(indices), indices)
-        check_batch_bytes(gathered_nbytes(pieces), job.max_batch_bytes, len(indices), len(indices),
+        check_batch_bytes(gathered_nbytes(pieces, job.max_batch_bytes), job.max_batch_bytes, len(indices), len(indices),
                           lambda: f"samples {_first_and_last(job, indices)}")
         try:
             return _gather_columns(job, pieces, indices, header, allocate, collation)

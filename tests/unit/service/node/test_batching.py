@@ -7,18 +7,21 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from shardstream.proto.errors import BatchTooLarge, CorruptSample, InvalidJobSpec
 from shardstream.proto.wire import BatchFrame, FrameHeader, encode_batch, parse_batch
 from shardstream.service.dataset import DatasetIndex
 from shardstream.service.formats import index_dataset
+from shardstream.service.node.batch_bytes import check_batch_bytes, gathered_nbytes
 from shardstream.service.node.batching import DecodedBatch, decode_batch
 from shardstream.service.node.frame_filler import FrameFiller
 from shardstream.service.node_messages import DecodeJob
 from shardstream.service.transforms import SampleTransform, build_transform
 from shardstream.service.transforms.base import collate, collated_specs
 from shardstream.service.transforms.job_schema import check_job_schema
+from shardstream.service.transforms.pieces import Piece
 from tests.datasets import memory_reader, write_images, write_indexed
 from tests.native_crops import native_crops, one_sample_at_a_time
 
@@ -356,3 +359,17 @@ def test_a_sample_made_in_its_row_whose_label_does_not_fit_is_framed_again_intac
     arrays = collate(samples, out=frame.arrays)
     assert [sorted(set(image.ravel().tolist())) for image in arrays["image"]] == [[1], [2], [3]]
     assert arrays["label"].dtype == np.int64 and arrays["label"][:, 0].tolist() == [5, 6, 7]
+
+
+def test_a_batch_of_row_groups_viewing_part_of_their_buffers_is_measured_by_what_it_takes() -> None:
+    """The quick size (whole buffers) passes the bound only when the rows taken do not: then the
+    views' own bytes decide, and a batch within the bound is not refused."""
+    whole = pa.table({"x": np.arange(1000, dtype=np.int64)})
+    part = whole.slice(0, 100)  # views 800 of the buffer's 8,000 bytes
+    pieces = [Piece(part, np.arange(50), np.arange(50))]
+    assert gathered_nbytes(pieces) == 400
+    assert gathered_nbytes(pieces, 10_000) == 4_000  # whole buffers, within the bound: the quick answer
+    assert gathered_nbytes(pieces, 1_000) == 400  # past it on whole buffers: the rows' own bytes
+    check_batch_bytes(gathered_nbytes(pieces, 1_000), 1_000, 50, 50, lambda: "samples 0-49")
+    with pytest.raises(BatchTooLarge):
+        check_batch_bytes(gathered_nbytes(pieces, 300), 300, 50, 50, lambda: "samples 0-49")
