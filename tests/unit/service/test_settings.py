@@ -137,3 +137,18 @@ def test_a_yes_no_setting_takes_the_usual_spellings_and_refuses_others() -> None
         from_environment(ServiceConfig, {"SHARDSTREAM_PREPARED_CACHE": "maybe"})
     assert "--prepared-cache true|false" in parser.format_help()
     assert "default: true)" in parser.format_help()
+
+
+@pytest.mark.parametrize(("argv", "environment", "needle"), [
+    (["--num-decoders", "0"], {}, "num_decoders must be >= 1, got 0"),
+    (["--prepared-cache-write-share", "0"], {}, "prepared_cache_write_share must be > 0, got 0.0"),
+    ([], {"SHARDSTREAM_PREPARED_CACHE_WRITE_SHARE": "half"}, "SHARDSTREAM_PREPARED_CACHE_WRITE_SHARE='half'"),
+])
+def test_serve_with_a_wrong_setting_says_which_and_exits_2_before_starting_anything(
+        argv: list[str], environment: dict[str, str], needle: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    with caplog.at_level("ERROR"):
+        assert main(["serve", *argv]) == 2
+    assert needle in caplog.text and "--help" in caplog.text

@@ -101,7 +101,11 @@ def _serve(args: argparse.Namespace) -> int:
                   "pip install 'shardstream[service]'", exc.name)
         return 2
 
-    config = ServiceConfig.load(from_flags(args, ServiceConfig))
+    try:
+        config = ServiceConfig.load(from_flags(args, ServiceConfig))
+    except ValueError as exc:  # a setting out of its bounds, or one from the environment that does not parse
+        log.error("`shardstream serve`: %s (`shardstream serve --help` lists the settings)", exc)
+        return 2
     try:
         connect_ray(config)
     except RayJoinError as exc:
