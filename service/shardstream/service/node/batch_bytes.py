@@ -39,10 +39,15 @@ def gathered_nbytes(pieces: Sequence[Any], limit: int | None = None) -> int:
     (0.1 us; larger for a table viewing part of them) is summed first, and `nbytes` only when
     that passes the limit."""
     if limit is not None:
-        whole = sum(int(p.table.get_total_buffer_size() * len(p.rows) / max(p.table.num_rows, 1)) for p in pieces)
+        whole = _rows_share(pieces, lambda table: table.get_total_buffer_size())
         if whole <= limit:
             return whole
-    return sum(int(p.table.nbytes * len(p.rows) / max(p.table.num_rows, 1)) for p in pieces)
+    return _rows_share(pieces, lambda table: table.nbytes)
+
+
+def _rows_share(pieces: Sequence[Any], size: Callable[[Any], int]) -> int:
+    """The rows each piece takes of its table's `size`, summed."""
+    return sum(int(size(p.table) * len(p.rows) / max(p.table.num_rows, 1)) for p in pieces)
 
 
 def check_batch_bytes(nbytes: int, limit: int, count: int, of: int, where: Callable[[], str]) -> None:

@@ -79,11 +79,11 @@ def dataset_of(folder: str) -> str:
     return folder.split("/", 1)[0]
 
 
-@functools.lru_cache(maxsize=4096)
 def _index_fault(exc: OSError) -> CacheFault:
     return CacheFault("io_error", f"the index: {type(exc).__name__}: {exc.strerror or exc}")
 
 
+@functools.lru_cache(maxsize=4096)
 def _chunk_path(root: str, dataset: str, chunk: int) -> str:
     return os.path.join(root, dataset, str(chunk))
 

@@ -76,10 +76,8 @@ class WriteBudget:
             return max(0.0, self._credit) * share_for(hit_rate, self.first_share)
 
     def allows(self) -> bool:
-        """Whether a write may start now (it then reports what it cost with `spent`)."""
-        with self._lock:
-            self._refill()
-            return self._credit > 0
+        """Whether the budget is out of debt: some writing is `available`."""
+        return self.available() > 0
 
     def spent(self, seconds: float, hit_rate: float = 0.0) -> None:
         """A write took `seconds`, for a job whose recent lookups hit at `hit_rate`: it used the time
