@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import types
 import typing
 from collections.abc import Mapping
@@ -89,6 +90,8 @@ def check_bounds(instance: Any) -> None:
         value = getattr(instance, f.name)
         if value is None or isinstance(value, (bool, str, tuple)):
             continue
+        if isinstance(value, float) and not math.isfinite(value):  # (nan passes every comparison below)
+            raise ValueError(f"{f.name} must be a finite number, got {value}")
         if spec.minimum is not None and value < spec.minimum:
             raise ValueError(f"{f.name} must be >= {spec.minimum:g}, got {value}")
         if spec.above is not None and value <= spec.above:

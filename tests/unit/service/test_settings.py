@@ -91,6 +91,8 @@ def test_documented_flag_names_are_kept(flag: str, capsys: pytest.CaptureFixture
     ({"workers": 0}, "workers must be >= 1, got 0"),
     ({"ratio": 0.0}, "ratio must be > 0, got 0.0"),
     ({"ratio": 1.5}, "ratio must be <= 1, got 1.5"),
+    ({"ratio": float("nan")}, "ratio must be a finite number, got nan"),
+    ({"ratio": float("-inf")}, "ratio must be a finite number, got -inf"),
 ])
 def test_declared_bounds_are_checked(values: dict[str, Any], needle: str) -> None:
     @dataclass(frozen=True)
@@ -143,6 +145,7 @@ def test_a_yes_no_setting_takes_the_usual_spellings_and_refuses_others() -> None
     (["--num-decoders", "0"], {}, "num_decoders must be >= 1, got 0"),
     (["--prepared-cache-write-share", "0"], {}, "prepared_cache_write_share must be > 0, got 0.0"),
     ([], {"SHARDSTREAM_PREPARED_CACHE_WRITE_SHARE": "half"}, "SHARDSTREAM_PREPARED_CACHE_WRITE_SHARE='half'"),
+    ([], {"SHARDSTREAM_DECODE_TIMEOUT_S": "nan"}, "decode_timeout_s must be a finite number, got nan"),
 ])
 def test_serve_with_a_wrong_setting_says_which_and_exits_2_before_starting_anything(
         argv: list[str], environment: dict[str, str], needle: str, monkeypatch: pytest.MonkeyPatch,
